@@ -1,0 +1,3 @@
+from pocketchat.cli import main
+
+raise SystemExit(main())

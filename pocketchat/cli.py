@@ -1,0 +1,96 @@
+"""Command line: parse, dispatch to one command module, map known errors to one message."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import traceback
+from typing import Sequence
+
+from pocketchat import __version__
+from pocketchat.errors import PocketchatError
+
+# Subcommand name -> module in pocketchat.commands (imported only when used).
+SUBCOMMANDS: dict[str, str] = {
+    "download": "download",
+    "models": "models",
+    "bench": "bench",
+    "history": "history",
+}
+
+
+def add_selection_args(p: argparse.ArgumentParser) -> None:
+    """Options every command that picks a build understands."""
+    p.add_argument("--hardware", metavar="FILE", help="replay a hardware profile (JSON) instead of probing")
+    p.add_argument("--lang", default="en", help="language you will chat in: en or ko (default en)")
+    p.add_argument("--ctx", type=int, metavar="N", help="context size in tokens (default 8192 when it fits)")
+    p.add_argument("--backend", choices=["llama.cpp", "mlx"], help="force a backend")
+    p.add_argument("--model", metavar="X", help="a build id, REPO:QUANT, REPO/FILE, a local .gguf or 'starter'")
+    p.add_argument("--offline", action="store_true", help="never touch the network")
+    p.add_argument("--yes", "-y", action="store_true", help="do not ask before downloading")
+
+
+def _root_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="pocketchat",
+        description="Chat with the POCKET build that fits this machine.",
+        epilog="commands: " + ", ".join(SUBCOMMANDS) + " (pocketchat COMMAND --help)",
+    )
+    p.add_argument("--version", action="version", version=f"pocketchat {__version__}")
+    p.add_argument("--probe", action="store_true", help="show what this machine has")
+    p.add_argument("--recommend", action="store_true", help="show which build fits and why")
+    p.add_argument("--json", action="store_true", help="with --probe or --recommend: print JSON")
+    add_selection_args(p)
+    _load("chat").configure(p)
+    return p
+
+
+def _load(name: str):
+    return importlib.import_module(f"pocketchat.commands.{name}")
+
+
+def _dispatch(argv: list[str]) -> int:
+    if argv and argv[0] in SUBCOMMANDS:
+        module = _load(SUBCOMMANDS[argv[0]])
+        p = argparse.ArgumentParser(prog=f"pocketchat {argv[0]}")
+        module.configure(p)
+        return module.run(p.parse_args(argv[1:]))
+    args = _root_parser().parse_args(argv)
+    if args.probe or args.recommend:
+        return _load("recommend").run(args)
+    return _load("chat").run(args)
+
+
+def format_error(exc: PocketchatError) -> str:
+    text = f"error: {exc.message}"
+    if exc.hint:
+        text += f"\n  {exc.hint}"
+    return text
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from pocketchat.paths import settings
+
+    try:
+        return _dispatch(list(sys.argv[1:] if argv is None else argv))
+    except PocketchatError as exc:
+        if settings().debug:
+            traceback.print_exc()
+        print(format_error(exc), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 1
+    except Exception as exc:  # the last line of defence: never a bare traceback
+        if settings().debug:
+            traceback.print_exc()
+        print(
+            f"error: unexpected {type(exc).__name__}: {exc}\n"
+            "  This is a bug in pocketchat. Run again with POCKETCHAT_DEBUG=1 for the traceback"
+            " and report it with `pocketchat --probe --json`.",
+            file=sys.stderr,
+        )
+        return 1

@@ -1,0 +1,108 @@
+"""Every error pocketchat raises on purpose; the CLI prints each as one message and a hint."""
+
+from __future__ import annotations
+
+
+class PocketchatError(Exception):
+    """Root of pocketchat's errors: a message for the user and a hint of what to do."""
+
+    hint: str = ""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        if hint is not None:
+            self.hint = hint
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class UsageError(PocketchatError, ValueError):
+    """A command-line argument that cannot be used."""
+
+
+class HardwareProfileError(PocketchatError, ValueError):
+    """A hardware-profile JSON file that is malformed or has unknown keys."""
+
+
+class ProbeError(PocketchatError, RuntimeError):
+    """A hardware source that failed in a way the probe could not work around."""
+
+
+class NothingFits(PocketchatError, MemoryError):
+    """No build fits this machine."""
+
+
+class ConfigError(PocketchatError, ValueError):
+    """A settings file that cannot be read."""
+
+
+class ModelNotFound(PocketchatError, FileNotFoundError):
+    """A build, repo file or local model that does not exist."""
+
+
+class RepoNotFound(ModelNotFound):
+    """A Hugging Face repository that does not exist (404)."""
+
+
+class GatedRepo(PocketchatError, PermissionError):
+    """A gated or private repository that needs a token (401/403)."""
+
+    hint = "Set HF_TOKEN to a Hugging Face token that has access, or run `hf auth login`."
+
+
+class AmbiguousModel(PocketchatError, LookupError):
+    """A repo:quant that matches no file or several files."""
+
+
+class DownloadError(PocketchatError, ConnectionError):
+    """A download that failed after its retries; the partial file is kept."""
+
+    hint = "Run the same command again: the download resumes where it stopped."
+
+
+class DownloadInterrupted(DownloadError):
+    """A download stopped by the user (Ctrl-C); the partial file is kept."""
+
+
+class ChecksumMismatch(PocketchatError, ValueError):
+    """Downloaded bytes whose SHA-256 differs from the Hub's; never used."""
+
+
+class DiskFull(PocketchatError, OSError):
+    """Not enough free disk for a download."""
+
+
+class OfflineError(PocketchatError, ConnectionError):
+    """The network is off or the Hub unreachable, and the model is not on disk."""
+
+
+class CorruptModel(PocketchatError, ValueError):
+    """A model file that is truncated, corrupt or not a model at all."""
+
+    hint = "Delete it with `pocketchat models rm` and download it again."
+
+
+class ModelTooLarge(PocketchatError, MemoryError):
+    """A model that does not fit the memory it is about to be loaded into."""
+
+
+class EngineCrashed(PocketchatError, RuntimeError):
+    """The runtime's worker process died (abort, segfault, out-of-memory kill)."""
+
+    hint = "The conversation is kept; restart the engine (or pick a smaller build) and go on."
+
+    def __init__(
+        self, message: str, *, exitcode: int | None = None, hint: str | None = None
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.exitcode = exitcode
+
+
+class EngineError(PocketchatError, RuntimeError):
+    """The runtime refused a request (bad options, load failure)."""
+
+
+class BackendMissing(PocketchatError, ImportError):
+    """A backend library that is not installed or cannot run on this machine."""

@@ -1,0 +1,96 @@
+"""The one interface a backend implements, and the typed chunks it yields."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator, Literal, Protocol, Sequence, runtime_checkable
+
+Role = Literal["system", "user", "assistant"]
+FinishReason = Literal["stop", "length", "cancelled", "error"]
+
+
+@dataclass(frozen=True)
+class Message:
+    role: Role
+    content: str
+
+
+@dataclass(frozen=True)
+class ChatOptions:
+    """Per-request settings; None means the model's default from the load plan."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    max_tokens: int | None = None
+    thinking: bool = True
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Figures for the answer so far, from the runtime's own counters."""
+
+    prompt_tokens: int = 0
+    prompt_seconds: float = 0.0
+    generated_tokens: int = 0
+    decode_seconds: float = 0.0
+    ttft_seconds: float | None = None
+    context_used: int = 0
+    context_limit: int = 0
+    dropped_messages: int = 0
+    peak_memory_bytes: int | None = None
+
+    @property
+    def prompt_tok_s(self) -> float:
+        return self.prompt_tokens / self.prompt_seconds if self.prompt_seconds > 0 else 0.0
+
+    @property
+    def decode_tok_s(self) -> float:
+        return self.generated_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A piece of an answer: new answer text and/or thinking text, with the stats so far.
+
+    The last chunk of an answer has `finish_reason` set; on "error", `error` says what.
+    """
+
+    text: str = ""
+    thinking: str = ""
+    stats: Stats = field(default_factory=Stats)
+    finish_reason: FinishReason | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What is running, for headers and bench tables."""
+
+    backend: str
+    model: str
+    placement: str
+    n_ctx: int
+    path: str = ""
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A loaded model that answers conversations."""
+
+    info: EngineInfo
+
+    def chat(
+        self, messages: Sequence[Message], options: ChatOptions | None = None
+    ) -> Iterator[Chunk]:
+        """Stream the answer to the conversation; the last chunk carries finish_reason."""
+        ...
+
+    def cancel(self) -> None:
+        """Stop the answer in flight (safe from another thread); it ends with 'cancelled'."""
+        ...
+
+    def close(self) -> None:
+        """Free the model's memory; the engine cannot be used after."""
+        ...

@@ -1,0 +1,1 @@
+"""Hardware probe, build catalog and the pure fit/rank decisions. Imports no backend."""

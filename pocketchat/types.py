@@ -1,0 +1,182 @@
+"""Plain data that crosses the package boundaries: hardware, builds, plans, recommendations."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+GiB = 1024**3
+GB = 1000**3
+
+Vendor = Literal["nvidia", "amd", "intel", "apple"]
+Placement = Literal["cpu", "gpu", "gpu+cpu-experts"]
+Backend = Literal["llama.cpp", "mlx"]
+Format = Literal["gguf", "mlx"]
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One GPU; for Apple Silicon `vram_total_bytes` is the Metal working-set budget."""
+
+    vendor: Vendor
+    name: str
+    vram_total_bytes: int = 0
+    vram_free_bytes: int = 0
+    unified_memory: bool = False
+    bandwidth_gbps: float | None = None
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    """What the probe saw, or what a JSON file says a machine has."""
+
+    os: str
+    arch: str
+    cpu_name: str = "unknown"
+    cpu_physical_cores: int = 1
+    cpu_logical_cores: int = 1
+    cpu_flags: tuple[str, ...] = ()
+    ram_total_bytes: int = 0
+    ram_available_bytes: int = 0
+    memory_bandwidth_gbps: float | None = None
+    disk_free_bytes: int | None = None
+    gpus: tuple[GPU, ...] = ()
+    backends: tuple[str, ...] = ("llama.cpp",)
+    llama_gpu_offload: bool | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def apple_silicon(self) -> bool:
+        return self.os == "darwin" and self.arch == "arm64"
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["cpu_flags"] = list(self.cpu_flags)
+        data["gpus"] = [asdict(g) for g in self.gpus]
+        data["backends"] = list(self.backends)
+        data["notes"] = list(self.notes)
+        return data
+
+
+@dataclass(frozen=True)
+class Build:
+    """One downloadable model build: where it lives and what it costs."""
+
+    id: str
+    repo_id: str
+    filename: str | None
+    quant: str
+    format: Format
+    size_bytes: int
+    bits_per_weight: float
+    language: Literal["multi", "en", "ko"] = "multi"
+    quality: dict[str, float] = field(default_factory=dict)
+    total_params: float = 34.66e9
+    active_params: float = 3.0e9
+    expert_fraction: float = 0.943
+    n_experts: int = 256
+    description: str = ""
+    verified: bool = True
+
+    @property
+    def backend(self) -> Backend:
+        return "mlx" if self.format == "mlx" else "llama.cpp"
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Sampling defaults for a model; the chat may override any of them."""
+
+    temperature: float = 0.6
+    top_p: float = 0.95
+    top_k: int = 20
+    min_p: float = 0.0
+    repeat_penalty: float = 1.0
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """How to load one build on one machine."""
+
+    backend: Backend
+    placement: Placement
+    n_gpu_layers: int
+    n_ctx: int
+    n_threads: int
+    n_threads_batch: int
+    cpu_moe: bool = False
+    flash_attn: bool = False
+    use_mmap: bool = True
+    kv_type: str = "f16"
+    n_batch: int = 512
+    sampling: Sampling = field(default_factory=Sampling)
+
+    def describe(self) -> str:
+        if self.placement == "gpu":
+            return "GPU, all layers"
+        if self.placement == "gpu+cpu-experts":
+            return f"GPU + experts on CPU, {self.n_threads} threads"
+        return f"CPU, {self.n_threads} threads"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One build judged against one machine."""
+
+    build: Build
+    fits: bool
+    plan: LoadPlan | None
+    estimated_memory_bytes: int
+    estimated_decode_tok_s: float | None
+    reason: str
+    score: float = 0.0
+    eligible: bool = True
+    downloaded: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        b, p = self.build, self.plan
+        return {
+            "build": b.id,
+            "repo_id": b.repo_id,
+            "filename": b.filename,
+            "quant": b.quant,
+            "format": b.format,
+            "backend": b.backend,
+            "language": b.language,
+            "size_bytes": b.size_bytes,
+            "placement": p.placement if p else None,
+            "n_gpu_layers": p.n_gpu_layers if p else None,
+            "n_ctx": p.n_ctx if p else None,
+            "n_threads": p.n_threads if p else None,
+            "cpu_moe": p.cpu_moe if p else None,
+            "estimated_memory_bytes": self.estimated_memory_bytes,
+            "estimated_decode_tok_s": (
+                round(self.estimated_decode_tok_s, 1)
+                if self.estimated_decode_tok_s is not None
+                else None
+            ),
+            "fits": self.fits,
+            "eligible": self.eligible,
+            "downloaded": self.downloaded,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The chosen candidate (or none) and every candidate with its reason."""
+
+    hardware: HardwareProfile
+    recommended: Candidate | None
+    candidates: tuple[Candidate, ...]
+    lang: str
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "hardware": self.hardware.to_json(),
+            "lang": self.lang,
+            "recommended": self.recommended.to_json() if self.recommended else None,
+            "candidates": [c.to_json() for c in self.candidates],
+            "notes": list(self.notes),
+        }
