@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 GiB = 1024**3
+MiB = 1024**2
 GB = 1000**3
 
 Vendor = Literal["nvidia", "amd", "intel", "apple"]

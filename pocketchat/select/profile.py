@@ -1,0 +1,105 @@
+"""Hardware profiles as JSON: strict loading (unknown keys name themselves), stated defaults."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from pocketchat.errors import HardwareProfileError
+from pocketchat.types import GPU, HardwareProfile
+
+OS_VALUES = ("linux", "darwin", "windows")
+ARCH_VALUES = ("x86_64", "arm64")
+VENDORS = ("nvidia", "amd", "intel", "apple")
+REQUIRED = ("os", "arch", "ram_total_bytes")
+
+_INT_KEYS = {"cpu_physical_cores", "cpu_logical_cores", "ram_total_bytes", "ram_available_bytes",
+             "disk_free_bytes", "vram_total_bytes", "vram_free_bytes"}
+_FLOAT_KEYS = {"memory_bandwidth_gbps", "bandwidth_gbps"}
+
+
+def load_profile(path: str | Path) -> HardwareProfile:
+    """Read a profile written by `pocketchat --probe --json` (or by hand)."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise HardwareProfileError(f"cannot read hardware profile {p}: {exc.strerror or exc}",
+                                   hint="Pass a file written by `pocketchat --probe --json`.") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise HardwareProfileError(
+            f"hardware profile {p} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
+            hint="Fix the file, or write a fresh one with `pocketchat --probe --json > FILE`.",
+        ) from None
+    return profile_from_json(data, source=str(p))
+
+
+def _check(value: Any, key: str, where: str) -> Any:
+    if key in _INT_KEYS:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise HardwareProfileError(f"{where}: {key!r} must be a whole number >= 0, not {value!r}")
+    elif key in _FLOAT_KEYS:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+            raise HardwareProfileError(f"{where}: {key!r} must be a positive number or null, not {value!r}")
+    return value
+
+
+def _unknown(data: dict, allowed: set[str], where: str) -> None:
+    extra = sorted(set(data) - allowed)
+    if extra:
+        raise HardwareProfileError(
+            f"{where}: unknown key {extra[0]!r}" + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""),
+            hint="Known keys: " + ", ".join(sorted(allowed)),
+        )
+
+
+def _gpu(data: Any, where: str) -> GPU:
+    if not isinstance(data, dict):
+        raise HardwareProfileError(f"{where}: each gpu must be an object")
+    _unknown(data, {f.name for f in fields(GPU)}, where)
+    if data.get("vendor") not in VENDORS:
+        raise HardwareProfileError(f"{where}: 'vendor' must be one of {', '.join(VENDORS)}, "
+                                   f"not {data.get('vendor')!r}")
+    for key, value in data.items():
+        _check(value, key, where)
+    return GPU(**data)
+
+
+def profile_from_json(data: Any, *, source: str = "hardware profile") -> HardwareProfile:
+    """A HardwareProfile from parsed JSON; unknown or malformed keys raise HardwareProfileError."""
+    if not isinstance(data, dict):
+        raise HardwareProfileError(f"{source}: the profile must be a JSON object")
+    _unknown(data, {f.name for f in fields(HardwareProfile)}, source)
+    missing = [k for k in REQUIRED if k not in data]
+    if missing:
+        raise HardwareProfileError(f"{source}: missing required key {missing[0]!r}",
+                                   hint="Required keys: " + ", ".join(REQUIRED))
+    if data["os"] not in OS_VALUES:
+        raise HardwareProfileError(f"{source}: 'os' must be one of {', '.join(OS_VALUES)}, not {data['os']!r}")
+    if data["arch"] not in ARCH_VALUES:
+        raise HardwareProfileError(f"{source}: 'arch' must be one of {', '.join(ARCH_VALUES)}, not {data['arch']!r}")
+    for key, value in data.items():
+        _check(value, key, source)
+    kwargs = dict(data)
+    for key in ("cpu_flags", "backends", "notes"):
+        if key in kwargs:
+            if not isinstance(kwargs[key], list) or not all(isinstance(x, str) for x in kwargs[key]):
+                raise HardwareProfileError(f"{source}: {key!r} must be a list of strings")
+            kwargs[key] = tuple(kwargs[key])
+    gpus = kwargs.get("gpus", [])
+    if not isinstance(gpus, list):
+        raise HardwareProfileError(f"{source}: 'gpus' must be a list")
+    kwargs["gpus"] = tuple(_gpu(g, f"{source}: gpus[{i}]") for i, g in enumerate(gpus))
+    if "llama_gpu_offload" in kwargs and kwargs["llama_gpu_offload"] not in (True, False, None):
+        raise HardwareProfileError(f"{source}: 'llama_gpu_offload' must be true, false or null")
+    # Stated defaults: physical cores = logical cores (or 1); available RAM = 85% of total.
+    kwargs.setdefault("cpu_logical_cores", kwargs.get("cpu_physical_cores", 1))
+    kwargs.setdefault("cpu_physical_cores", kwargs["cpu_logical_cores"])
+    kwargs.setdefault("ram_available_bytes", int(kwargs["ram_total_bytes"] * 0.85))
+    if kwargs["os"] == "darwin" and kwargs["arch"] == "arm64" and "backends" not in kwargs:
+        kwargs["backends"] = ("llama.cpp", "mlx")
+    return HardwareProfile(**kwargs)

@@ -1,0 +1,106 @@
+"""Plain-text renderings of a profile and a recommendation, for the terminal."""
+
+from __future__ import annotations
+
+from pocketchat.select.estimate import fmt_gb
+from pocketchat.types import Candidate, HardwareProfile, Recommendation
+
+
+def run_command(c: Candidate, lang: str) -> str:
+    """The pocketchat command that runs this candidate."""
+    cmd = f"pocketchat --model {c.build.id}"
+    if lang != "en":
+        cmd += f" --lang {lang}"
+    if c.plan and c.plan.n_ctx != 8192:
+        cmd += f" --ctx {c.plan.n_ctx}"
+    return cmd
+
+
+def llama_cpp_command(c: Candidate) -> str | None:
+    """The same plan for stock llama.cpp's llama-server."""
+    p = c.plan
+    if p is None or c.build.format != "gguf":
+        return None
+    quant = c.build.quant if c.build.quant != "mixed" else (c.build.filename or c.build.id)
+    cmd = f"llama-server -hf {c.build.repo_id}:{quant} -c {p.n_ctx} -t {p.n_threads} -ngl {99 if p.n_gpu_layers < 0 else p.n_gpu_layers}"
+    if p.cpu_moe:
+        cmd += " --cpu-moe"
+    return cmd
+
+
+def _tok_s(c: Candidate) -> str:
+    return f"~{c.estimated_decode_tok_s:.0f}" if c.estimated_decode_tok_s is not None else "-"
+
+
+def format_recommendation(rec: Recommendation) -> str:
+    lines: list[str] = []
+    r = rec.recommended
+    if r is not None and r.plan is not None:
+        lines.append(f"Recommended: {r.build.id} ({fmt_gb(r.build.size_bytes)}, {r.build.quant}, {r.build.backend})")
+        lines.append(f"  placement: {r.plan.describe()}; context {r.plan.n_ctx}; "
+                     f"~{r.estimated_decode_tok_s:.0f} tok/s (estimate)")
+        lines.append(f"  why: {r.reason}")
+        lines.append(f"  run:  {run_command(r, rec.lang)}")
+        stock = llama_cpp_command(r)
+        if stock:
+            lines.append(f"  or with stock llama.cpp: {stock}")
+    else:
+        lines.append("Nothing fits this machine.")
+        lines.append("  " + nothing_fits_summary(rec))
+    for note in rec.notes:
+        lines.append(f"note: {note}")
+    lines.append("")
+    header = ("build", "size", "fits", "placement", "memory", "tok/s", "reason")
+    rows = [header]
+    for c in rec.candidates:
+        mark = "yes" if c.fits and c.eligible else ("no" if not c.fits else "n/a")
+        if c is r or (r is not None and c.build.id == r.build.id):
+            mark = "BEST"
+        rows.append((c.build.id, fmt_gb(c.build.size_bytes), mark,
+                     c.plan.placement if c.plan else "-", fmt_gb(c.estimated_memory_bytes),
+                     _tok_s(c), c.reason))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
+    for row in rows:
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
+    lines.append("")
+    lines.append("Memory and speed are estimates (weights + KV cache + buffers; measured bandwidth).")
+    return "\n".join(lines)
+
+
+def nothing_fits_summary(rec: Recommendation) -> str:
+    """How much is free and what the smallest eligible build needs."""
+    hw = rec.hardware
+    from pocketchat.select.fit import cpu_budget
+
+    eligible = [c for c in rec.candidates if c.eligible] or list(rec.candidates)
+    smallest = min(eligible, key=lambda c: c.estimated_memory_bytes, default=None)
+    free = (f"{fmt_gb(cpu_budget(hw))} of RAM is free for a model "
+            f"({fmt_gb(hw.ram_available_bytes)} available of {fmt_gb(hw.ram_total_bytes)})")
+    if smallest is None:
+        return free
+    return (f"{free}; the smallest build, {smallest.build.id}, needs "
+            f"{fmt_gb(smallest.estimated_memory_bytes)}: {smallest.reason}")
+
+
+def format_profile(hw: HardwareProfile) -> str:
+    lines = [
+        f"OS:        {hw.os} {hw.arch}",
+        f"CPU:       {hw.cpu_name} ({hw.cpu_physical_cores} cores, {hw.cpu_logical_cores} threads)"
+        + (f"; {' '.join(hw.cpu_flags)}" if hw.cpu_flags else ""),
+        f"RAM:       {fmt_gb(hw.ram_total_bytes)} total, {fmt_gb(hw.ram_available_bytes)} available",
+        "Bandwidth: " + (f"{hw.memory_bandwidth_gbps:.1f} GB/s (measured copy)"
+                         if hw.memory_bandwidth_gbps else "not measured"),
+        "Disk:      " + (f"{fmt_gb(hw.disk_free_bytes)} free where models are stored"
+                         if hw.disk_free_bytes is not None else "unknown"),
+    ]
+    if not hw.gpus:
+        lines.append("GPU:       none")
+    for g in hw.gpus:
+        kind = "Metal budget" if g.vendor == "apple" else ("shared" if g.unified_memory else "VRAM")
+        lines.append(f"GPU:       {g.name} ({g.vendor}), {fmt_gb(g.vram_total_bytes)} {kind}"
+                     + ("" if g.unified_memory else f", {fmt_gb(g.vram_free_bytes)} free"))
+    offload = {True: "yes", False: "no (CPU-only build)", None: "not installed"}[hw.llama_gpu_offload]
+    lines.append(f"Backends:  {', '.join(hw.backends) or 'none'}; llama.cpp GPU offload: {offload}")
+    for note in hw.notes:
+        lines.append(f"note: {note}")
+    return "\n".join(lines)
