@@ -1,0 +1,102 @@
+"""Split a stream of text deltas into answer text and thinking text.
+
+Reasoning models (POCKET, Qwen3) write their reasoning inside `<think>...</think>` before the
+answer. The tags can arrive split across deltas (`"<thi"`, `"nk>"`), so the splitter holds back
+only the few characters that might be the start of a tag and releases everything else at once:
+streaming is never delayed by more than one tag's length.
+
+    splitter = ThinkSplitter()
+    for delta in deltas:
+        answer, thinking = splitter.feed(delta)
+    answer, thinking = splitter.flush()
+
+When the prompt already opened the block (a chat template whose generation prompt ends with
+`<think>`), start with `ThinkSplitter(in_thinking=True)`.
+"""
+
+from __future__ import annotations
+
+OPEN_TAG = "<think>"
+CLOSE_TAG = "</think>"
+
+
+def _partial_tag_len(text: str, tag: str) -> int:
+    """Length of the longest suffix of `text` that is a proper prefix of `tag`."""
+    for n in range(min(len(text), len(tag) - 1), 0, -1):
+        if text.endswith(tag[:n]):
+            return n
+    return 0
+
+
+class ThinkSplitter:
+    """Streaming `<think>` splitter: `feed(delta) -> (answer_delta, thinking_delta)`.
+
+    Whitespace right after a tag (the newline models put after `<think>` and the blank line
+    after `</think>`) is dropped, so neither part starts with stray blank lines.
+    """
+
+    def __init__(self, *, in_thinking: bool = False, strip: bool = True) -> None:
+        self.in_thinking = in_thinking
+        self._strip = strip
+        self._pending = ""
+        self._after_tag = in_thinking  # drop leading whitespace of the next segment
+        self._answer_started = False
+        self.saw_thinking = in_thinking
+
+    def feed(self, delta: str) -> tuple[str, str]:
+        """Take one text delta; return the answer and thinking text that can be released."""
+        text = self._pending + delta
+        self._pending = ""
+        answer: list[str] = []
+        thinking: list[str] = []
+        while text:
+            tag = CLOSE_TAG if self.in_thinking else OPEN_TAG
+            at = text.find(tag)
+            if at >= 0:
+                self._emit(text[:at], answer, thinking)
+                text = text[at + len(tag) :]
+                self.in_thinking = not self.in_thinking
+                self.saw_thinking = True
+                self._after_tag = True
+                continue
+            keep = _partial_tag_len(text, tag)
+            if keep:
+                self._pending = text[-keep:]
+                text = text[:-keep]
+            self._emit(text, answer, thinking)
+            break
+        return "".join(answer), "".join(thinking)
+
+    def flush(self) -> tuple[str, str]:
+        """End of stream: release what was held back (an unfinished tag is plain text)."""
+        text, self._pending = self._pending, ""
+        answer: list[str] = []
+        thinking: list[str] = []
+        self._emit(text, answer, thinking)
+        return "".join(answer), "".join(thinking)
+
+    def _emit(self, text: str, answer: list[str], thinking: list[str]) -> None:
+        if self._strip and self._after_tag:
+            text = text.lstrip()
+            if not text:
+                return
+            self._after_tag = False
+        if not text:
+            return
+        if self.in_thinking:
+            thinking.append(text)
+        else:
+            if self._strip and not self._answer_started:
+                text = text.lstrip()
+                if not text:
+                    return
+            self._answer_started = True
+            answer.append(text)
+
+
+def split_thinking(text: str, *, in_thinking: bool = False) -> tuple[str, str]:
+    """The whole-text version: `(answer, thinking)` of a finished reply."""
+    splitter = ThinkSplitter(in_thinking=in_thinking)
+    a1, t1 = splitter.feed(text)
+    a2, t2 = splitter.flush()
+    return a1 + a2, t1 + t2
