@@ -1,0 +1,171 @@
+"""The recommendation for hand-made machines: the model card's cases and more."""
+
+from __future__ import annotations
+
+import pytest
+
+from pocketchat.select import catalog, fit
+from pocketchat.select.profile import load_profile
+
+from conftest import PROFILES
+
+# machine profile, lang, expected build, expected placement
+CASES = [
+    ("linux-16gb", "en", "POCKET-35B-IQ1_M", "cpu"),
+    ("linux-20gb", "en", "POCKET-35B-Q2_K", "cpu"),
+    ("linux-24gb", "en", "POCKET-35B-Q3_K_M", "cpu"),
+    ("windows-24gb", "en", "POCKET-35B-Q3_K_M", "cpu"),
+    ("linux-32gb", "en", "POCKET-35B-Q4_K_M", "cpu"),
+    ("linux-64gb", "en", "POCKET-35B-Q4_K_M", "cpu"),
+    ("mac-m3pro-18gb", "en", "POCKET-35B-Q2_K", "cpu"),
+    ("mac-m3pro-18gb", "ko", "POCKET-KR-MLX", "gpu"),
+    ("mac-m3max-36gb", "en", "POCKET-35B-Q4_K_M", "gpu"),
+    ("linux-h100-80gb", "en", "POCKET-35B-Q4_K_M", "gpu"),
+    ("linux-12gb-nvidia-32gb", "en", "POCKET-35B-Q4_K_M", "gpu+cpu-experts"),
+    ("linux-24gb-nvidia-32gb", "en", "POCKET-35B-Q4_K_M", "gpu"),
+    ("linux-amd-7900xtx-32gb", "en", "POCKET-35B-Q4_K_M", "gpu"),
+    ("linux-amd-apu-32gb", "en", "POCKET-35B-Q4_K_M", "cpu"),
+    ("linux-nvidia-cpu-only-llama", "en", "POCKET-35B-Q4_K_M", "cpu"),
+    ("laptop-8gb", "en", "POCKET-EN-iPhone-mix", "cpu"),
+    ("laptop-8gb", "ko", "POCKET-KR-IQ2_M", "cpu"),
+    ("linux-16gb", "ko", "POCKET-KR-160-Q2_K", "cpu"),
+    ("linux-20gb", "ko", "POCKET-35B-Q2_K", "cpu"),
+    ("linux-32gb-disk-nearly-full", "en", "POCKET-35B-IQ1_M", "cpu"),
+    ("linux-32gb-busy-ram", "en", "POCKET-EN-PC-mix", "cpu"),
+]
+
+
+def recommend(name: str, lang: str = "en", **kw):
+    return fit.plan(load_profile(PROFILES / f"{name}.json"), catalog.builds(), lang=lang, **kw)
+
+
+@pytest.mark.parametrize("machine,lang,build,placement", CASES, ids=[f"{m}-{l}" for m, l, *_ in CASES])
+def test_recommendation_table(machine, lang, build, placement):
+    rec = recommend(machine, lang)
+    assert rec.recommended is not None, [c.reason for c in rec.candidates]
+    assert (rec.recommended.build.id, rec.recommended.plan.placement) == (build, placement)
+    # The chosen plan must itself fit: its estimate is within the budget it was judged on.
+    assert rec.recommended.fits and rec.recommended.eligible
+    assert rec.recommended.reason
+
+
+def test_at_least_fifteen_machines():
+    assert len({m for m, *_ in CASES}) >= 15
+
+
+def test_four_gb_board_fits_nothing_and_says_why():
+    rec = recommend("board-4gb")
+    assert rec.recommended is None
+    assert all(not c.fits or not c.eligible for c in rec.candidates)
+    smallest = min((c for c in rec.candidates if c.eligible), key=lambda c: c.estimated_memory_bytes)
+    assert "needs" in smallest.reason and "GB" in smallest.reason
+
+
+def test_full_gpu_offload_uses_all_layers_and_flash_attention():
+    plan = recommend("linux-h100-80gb").recommended.plan
+    assert plan.n_gpu_layers == -1 and plan.flash_attn and not plan.cpu_moe
+
+
+def test_experts_on_cpu_plan_keeps_layers_on_gpu():
+    plan = recommend("linux-12gb-nvidia-32gb").recommended.plan
+    assert plan.cpu_moe and plan.n_gpu_layers == -1
+
+
+def test_threads_are_physical_cores_capped_at_32():
+    assert recommend("linux-16gb").recommended.plan.n_threads == 8
+    assert recommend("linux-h100-80gb").recommended.plan.n_threads == 32
+
+
+def test_english_never_gets_a_korean_build_and_korean_avoids_iq1m():
+    for machine in ("laptop-8gb", "linux-16gb", "linux-32gb-busy-ram", "mac-m3pro-18gb"):
+        assert recommend(machine, "en").recommended.build.language != "ko"
+        ko = recommend(machine, "ko").recommended
+        assert ko.build.quant != "IQ1_M" and ko.build.language != "en"
+
+
+def test_mlx_is_not_offered_off_apple_unless_forced():
+    rec = recommend("linux-16gb", "ko")
+    mlx = next(c for c in rec.candidates if c.build.format == "mlx")
+    assert not mlx.eligible and "Apple Silicon" in mlx.reason
+    import json
+
+    from pocketchat.select.profile import profile_from_json
+
+    data = json.loads((PROFILES / "linux-16gb.json").read_text())
+    assert "mlx-lm is not installed" in next(
+        c.reason for c in recommend("linux-16gb", "ko", backend="mlx").candidates if c.build.format == "mlx"
+    )
+    data["backends"] = ["llama.cpp", "mlx"]
+    forced = fit.plan(profile_from_json(data), catalog.builds(), lang="ko", backend="mlx")
+    assert forced.recommended.build.id == "POCKET-KR-MLX"
+    assert forced.recommended.plan.placement == "cpu"
+
+
+def test_mac_q2k_over_metal_budget_is_said():
+    rec = recommend("mac-m3pro-18gb")
+    assert rec.recommended.plan.n_gpu_layers == 0
+    q2 = rec.recommended
+    assert "RAM" in q2.reason
+
+
+def test_cpu_only_llama_with_gpu_gets_the_reinstall_line():
+    rec = recommend("linux-nvidia-cpu-only-llama")
+    assert any('CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall' in n for n in rec.notes)
+
+
+def test_disk_too_small_is_the_reason_unless_already_downloaded():
+    rec = recommend("linux-32gb-disk-nearly-full")
+    q4 = next(c for c in rec.candidates if c.build.id == "POCKET-35B-Q4_K_M")
+    assert not q4.fits and "disk" in q4.reason
+    again = recommend("linux-32gb-disk-nearly-full", downloaded={"POCKET-35B-Q4_K_M"})
+    assert again.recommended.build.id == "POCKET-35B-Q4_K_M"
+
+
+def test_context_defaults_to_8192_and_shrinks_when_tight():
+    assert recommend("linux-32gb").recommended.plan.n_ctx == 8192
+    # Long context costs KV cache: at 262k the 16 GB box can no longer hold IQ1_M.
+    big = recommend("linux-16gb", n_ctx=262144)
+    iq1 = next(c for c in big.candidates if c.build.id == "POCKET-35B-IQ1_M")
+    assert not iq1.fits and "262144" in iq1.reason
+    assert recommend("linux-64gb", n_ctx=32768).recommended.plan.n_ctx == 32768
+
+
+def test_ctx_shrinks_to_the_largest_that_fits():
+    from pocketchat.select.profile import profile_from_json
+    import json
+
+    data = json.loads((PROFILES / "laptop-8gb.json").read_text())
+    build = catalog.get("POCKET-EN-iPhone-mix")
+    # Find an available-RAM figure where 8192 does not fit but a smaller context does.
+    for avail_mib in range(6400, 7400, 16):
+        data["ram_available_bytes"] = avail_mib * 1024**2
+        prof = profile_from_json(data)
+        if fit.choose_fit(build, prof, 8192, None) is None and fit.choose_fit(build, prof, 2048, None):
+            ctx, chosen = fit.choose_ctx(build, prof, None, None)
+            assert chosen is not None and 2048 <= ctx < 8192
+            assert fit.choose_fit(build, prof, ctx, None) is not None
+            return
+    pytest.fail("no RAM figure exercised the context fallback")
+
+
+def test_kv_cache_only_counts_full_attention_layers():
+    from pocketchat.select.estimate import kv_cache_bytes
+
+    assert kv_cache_bytes(8192) == 8192 * 20 * 1024  # ~20 KiB per token, ~0.16 GiB at 8K
+    assert 4.9 < kv_cache_bytes(262144) / 1024**3 < 5.1
+
+
+def test_bad_language_and_tiny_ctx_are_usage_errors():
+    from pocketchat.errors import UsageError
+
+    with pytest.raises(UsageError, match="--lang"):
+        recommend("linux-16gb", "fr")
+    with pytest.raises(UsageError):
+        recommend("linux-16gb", n_ctx=10)
+
+
+def test_faster_placement_wins_between_equal_quality():
+    rec = recommend("linux-24gb-nvidia-32gb")
+    assert rec.recommended.estimated_decode_tok_s > next(
+        c for c in recommend("linux-32gb").candidates if c.build.id == "POCKET-35B-Q4_K_M"
+    ).estimated_decode_tok_s

@@ -1,0 +1,96 @@
+"""The probe on this real machine, and on fake sysfs / NVML sources that fail."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import psutil
+
+from pocketchat.select import probe
+from pocketchat.select.profile import profile_from_json
+
+
+def test_probe_reads_this_machine():
+    prof = probe.detect()
+    assert prof.os == "linux" and prof.arch in ("x86_64", "arm64")
+    assert prof.ram_total_bytes == psutil.virtual_memory().total
+    assert 0 < prof.ram_available_bytes <= prof.ram_total_bytes
+    assert prof.cpu_logical_cores == os.cpu_count()
+    assert 1 <= prof.cpu_physical_cores <= prof.cpu_logical_cores
+    assert prof.memory_bandwidth_gbps and prof.memory_bandwidth_gbps > 0.5
+    assert prof.disk_free_bytes and prof.disk_free_bytes > 0
+    assert "llama.cpp" in prof.backends
+    # This machine has no GPU and a CPU-only llama-cpp-python.
+    assert prof.gpus == () and prof.llama_gpu_offload is False
+    # What --probe --json prints can be replayed with --hardware.
+    assert profile_from_json(json.loads(json.dumps(prof.to_json()))) == prof
+
+
+def test_llama_gpu_offload_agrees_with_the_native_library():
+    import llama_cpp
+
+    assert probe.llama_gpu_offload() == bool(llama_cpp.llama_supports_gpu_offload())
+
+
+def test_bandwidth_is_measured_once_and_cached(isolated_env, monkeypatch):
+    from pocketchat.select import bandwidth
+
+    first = probe.detect()
+    monkeypatch.setattr(bandwidth, "measure_gbps", lambda *a, **k: (_ for _ in ()).throw(AssertionError))
+    assert probe.detect().memory_bandwidth_gbps == first.memory_bandwidth_gbps
+
+
+def _card(root, n, vendor, **files):
+    dev = root / f"card{n}" / "device"
+    dev.mkdir(parents=True)
+    (dev / "vendor").write_text(vendor + "\n")
+    for name, value in files.items():
+        (dev / name).write_text(str(value))
+
+
+def test_amd_sysfs_discrete_and_apu(tmp_path):
+    G = 1024**3
+    _card(tmp_path, 0, probe.AMD_VENDOR, mem_info_vram_total=24 * G, mem_info_vram_used=1 * G,
+          product_name="Radeon RX 7900 XTX")
+    _card(tmp_path, 1, probe.AMD_VENDOR, mem_info_vram_total=512 * 1024**2, mem_info_gtt_total=15 * G)
+    (tmp_path / "card1-DP-1").mkdir()  # connectors are not cards
+    notes: list[str] = []
+    gpus = probe._drm_gpus(notes, ram_total=32 * G, root=tmp_path)
+    assert [g.name for g in gpus] == ["Radeon RX 7900 XTX", "AMD GPU (integrated)"]
+    assert gpus[0].vram_free_bytes == 23 * G and not gpus[0].unified_memory
+    # An APU's 512 MB carve-out is not its budget: it shares system memory.
+    assert gpus[1].unified_memory and gpus[1].vram_total_bytes == 15 * G
+
+
+def test_unreadable_sysfs_is_a_note_not_a_crash(tmp_path):
+    _card(tmp_path, 0, probe.AMD_VENDOR)  # no VRAM files
+    notes: list[str] = []
+    assert probe._drm_gpus(notes, ram_total=1, root=tmp_path) == []
+    assert notes and "AMD" in notes[0]
+    assert probe._drm_gpus([], ram_total=1, root=tmp_path / "missing") == []
+
+
+def test_nvml_present_but_failing_is_a_note(monkeypatch):
+    import pynvml
+
+    def broken():
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+
+    monkeypatch.setattr(pynvml, "nvmlInit", broken)
+    notes: list[str] = []
+    assert probe._nvidia_gpus(notes) == []
+    assert notes and "NVML failed" in notes[0]
+
+
+def test_no_nvidia_driver_is_silent():
+    notes: list[str] = []
+    assert probe._nvidia_gpus(notes) == []  # this machine has no NVIDIA driver
+    assert notes == []
+
+
+def test_apple_metal_budget_fallback():
+    G = 1024**3
+    assert probe.apple_metal_budget(18 * G) == 12 * G
+    assert probe.apple_metal_budget(64 * G) == 48 * G
