@@ -1,0 +1,145 @@
+"""`pocketchat` with no command: choose the model, get it on disk, open the engine, chat.
+
+Choosing and downloading run inside the app (its download and loading screens), so the
+terminal never sits silent while 13 GB arrive; questions (download? use the starter model
+offline?) are asked there too. Errors about the request itself (an unknown --model, a bad
+hardware file, nothing fits) end the app and are printed by the CLI as one message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Callable
+
+from pocketchat import conversations
+from pocketchat.commands.common import STARTER, ModelChoice
+from pocketchat.errors import OfflineError
+from pocketchat.runtime.engine import Engine
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--continue", dest="resume", action="store_true",
+                   help="reopen the last conversation")
+    p.add_argument("--system", metavar="TEXT", help="system prompt for this chat")
+    p.add_argument("--no-think", dest="no_think", action="store_true",
+                   help="ask the model to answer without thinking first")
+
+
+def _number(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def progress_adapter(hooks: Any) -> Callable[..., None]:
+    """Accept `progress(done, total)` or an object with done/downloaded and total fields."""
+
+    def progress(*args: Any, **kwargs: Any) -> None:
+        done = total = None
+        what = str(kwargs.get("desc") or kwargs.get("what") or kwargs.get("filename") or "")
+        numbers = [_number(a) for a in args if _number(a) is not None]
+        if numbers:
+            done = numbers[0]
+            total = numbers[1] if len(numbers) > 1 else _number(kwargs.get("total"))
+        elif args:
+            obj = args[0]
+            for name in ("done", "downloaded", "downloaded_bytes", "bytes", "n"):
+                if _number(getattr(obj, name, None)) is not None:
+                    done = _number(getattr(obj, name))
+                    break
+            total = _number(getattr(obj, "total", None) or getattr(obj, "total_bytes", None))
+            what = what or str(getattr(obj, "filename", "") or getattr(obj, "name", "") or "")
+        else:
+            done, total = _number(kwargs.get("done")), _number(kwargs.get("total"))
+        if done is not None:
+            hooks.progress(done, total, f"Downloading {what}" if what else "")
+
+    return progress
+
+
+def confirm_adapter(hooks: Any) -> Callable[..., bool]:
+    """Accept `confirm(question)` or `confirm(build, size)`; ask on screen."""
+
+    def confirm(*args: Any, **kwargs: Any) -> bool:
+        question = next((a for a in args if isinstance(a, str)), None)
+        if question is None:
+            question = "Download the model now? " + " ".join(str(a) for a in args)
+        return hooks.confirm(question)
+
+    return confirm
+
+
+def describe_setup(args: argparse.Namespace, choice: ModelChoice | None) -> str:
+    """Hardware and recommendation, for the app's info screen."""
+    try:
+        from pocketchat.select.report import format_profile, format_recommendation
+
+        rec = choice.recommendation if choice else None
+        if rec is not None:
+            body = format_profile(rec.hardware) + "\n\n" + format_recommendation(rec)
+        else:
+            from pocketchat.commands.recommend import profile_from_args
+
+            body = format_profile(profile_from_args(args))
+            body += "\n\nThe model was chosen with --model; `pocketchat --recommend` shows the builds that fit."
+    except Exception as exc:  # noqa: BLE001 - an info screen must not break the chat
+        body = f"(hardware details unavailable: {exc})"
+    plan = choice.plan.describe() if choice else "not loaded"
+    head = f"# Hardware and recommendation\n\nRunning **{choice.name if choice else '-'}** ({plan}).\n"
+    return f"{head}\n```text\n{body}\n```"
+
+
+class Session:
+    """The choice made in the app's start-up thread, and the engine factory that uses it."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.choice: ModelChoice | None = None
+        self.about = ""
+
+    def prepare(self, hooks: Any) -> None:
+        from pocketchat.commands.common import choose_model
+
+        args = self.args
+        confirm = None if args.yes else confirm_adapter(hooks)
+        try:
+            choice = choose_model(args, confirm=confirm, progress=progress_adapter(hooks))
+        except OfflineError as exc:
+            if args.model == STARTER:
+                raise
+            question = (f"{exc.message}\n\nChat with the small built-in starter model instead? "
+                        "(it answers simple questions; run again online for the real model)")
+            if not (args.yes or hooks.confirm(question)):
+                raise
+            choice = choose_model(argparse.Namespace(**{**vars(args), "model": STARTER}))
+        self.choice = choice
+        self.about = describe_setup(args, choice)
+        hooks.status(f"Loading {choice.name}")
+
+    def open_engine(self) -> Engine:
+        from pocketchat.runtime import open_engine
+
+        assert self.choice is not None, "prepare() runs first"
+        return open_engine(self.choice.plan, self.choice.path, name=self.choice.name)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pocketchat.ui.app import create_app
+
+    conversation = None
+    if getattr(args, "resume", False):
+        conversation = conversations.last()
+        if conversation is None:
+            print("No saved conversation yet: starting a new one.", file=sys.stderr)
+    session = Session(args)
+    app = create_app(
+        session.open_engine,
+        prepare=session.prepare,
+        conversation=conversation,
+        system=args.system,
+        thinking=not args.no_think,
+        about=lambda: session.about,
+    )
+    code = app.run()
+    if app.fatal_error is not None:
+        raise app.fatal_error
+    return int(code or 0)

@@ -1,0 +1,255 @@
+"""Saved conversations: one JSON file each, written atomically so a crash never loses one.
+
+A conversation is saved after every message and, while an answer streams, at a bounded rate
+(`Autosave`). The answer in flight is saved marked `interrupted`; the mark is cleared when the
+answer finishes, so a process killed mid-answer (even `kill -9`) leaves a file that says the
+answer was cut short, and loses at most the tokens since the last save.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterator
+
+from pocketchat.paths import settings
+from pocketchat.runtime.engine import Message, Stats
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+TITLE_LENGTH = 60
+
+
+@dataclass
+class ChatMessage:
+    """One turn as the user saw it: the text, the thinking, and a summary of the figures."""
+
+    role: str
+    content: str = ""
+    thinking: str = ""
+    stats: dict[str, Any] | None = None
+    interrupted: bool = False
+    created: float = field(default_factory=time.time)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ChatMessage:
+        role = data["role"]
+        if role not in ("user", "assistant", "system"):
+            raise ValueError(f"unknown role {role!r}")
+        return cls(
+            role=role,
+            content=str(data.get("content", "")),
+            thinking=str(data.get("thinking", "")),
+            stats=data.get("stats") or None,
+            interrupted=bool(data.get("interrupted", False)),
+            created=float(data.get("created", 0.0)),
+        )
+
+
+def stats_summary(stats: Stats) -> dict[str, Any]:
+    """The figures worth keeping with an answer (plain JSON numbers)."""
+    return {
+        "prompt_tokens": stats.prompt_tokens,
+        "generated_tokens": stats.generated_tokens,
+        "decode_tok_s": round(stats.decode_tok_s, 2),
+        "prompt_tok_s": round(stats.prompt_tok_s, 2),
+        "ttft_seconds": round(stats.ttft_seconds, 3) if stats.ttft_seconds is not None else None,
+        "context_used": stats.context_used,
+        "context_limit": stats.context_limit,
+    }
+
+
+def new_id(now: float | None = None) -> str:
+    """A sortable, unique id: local time to the second plus a random suffix."""
+    stamp = datetime.fromtimestamp(time.time() if now is None else now).strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{secrets.token_hex(3)}"
+
+
+def make_title(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= TITLE_LENGTH else line[: TITLE_LENGTH - 1].rstrip() + "…"
+
+
+@dataclass
+class Conversation:
+    """A chat: its messages, the system prompt and the model it was held with."""
+
+    id: str = field(default_factory=new_id)
+    title: str = ""
+    created: float = field(default_factory=time.time)
+    updated: float = 0.0
+    model: str = ""
+    system: str | None = None
+    messages: list[ChatMessage] = field(default_factory=list)
+    directory: Path | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def path(self) -> Path:
+        return (self.directory or settings().conversations_dir) / f"{self.id}.json"
+
+    @property
+    def display_title(self) -> str:
+        return self.title or "(empty)"
+
+    def add(self, role: str, content: str = "", **kwargs: Any) -> ChatMessage:
+        message = ChatMessage(role=role, content=content, **kwargs)
+        self.messages.append(message)
+        if role == "user" and not self.title:
+            self.title = make_title(content)
+        return message
+
+    def last_answer(self) -> ChatMessage | None:
+        for message in reversed(self.messages):
+            if message.role == "assistant" and message.content:
+                return message
+        return None
+
+    def engine_messages(self) -> list[Message]:
+        """What the model is sent: the system prompt, then every turn with text (no thinking)."""
+        out = [Message("system", self.system)] if self.system else []
+        out += [
+            Message(m.role, m.content)  # type: ignore[arg-type]
+            for m in self.messages
+            if m.role in ("user", "assistant") and m.content
+        ]
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": FORMAT_VERSION,
+            "id": self.id,
+            "title": self.title,
+            "created": self.created,
+            "updated": self.updated,
+            "model": self.model,
+            "system": self.system,
+            "messages": [m.to_json() for m in self.messages],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], directory: Path | None = None) -> Conversation:
+        if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
+            raise ValueError("not a pocketchat conversation")
+        return cls(
+            id=str(data["id"]),
+            title=str(data.get("title", "")),
+            created=float(data.get("created", 0.0)),
+            updated=float(data.get("updated", 0.0)),
+            model=str(data.get("model", "")),
+            system=data.get("system") or None,
+            messages=[ChatMessage.from_json(m) for m in data["messages"]],
+            directory=directory,
+        )
+
+    def save(self) -> Path:
+        """Write the conversation atomically; an empty one (no message) is not written."""
+        if not self.messages:
+            return self.path
+        self.updated = time.time()
+        atomic_write_json(self.path, self.to_json())
+        return self.path
+
+    def delete(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def atomic_write_json(path: Path, data: dict[str, Any]) -> None:
+    """Temp file in the same directory, fsync, rename over the old file, fsync the directory."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = json.dumps(data, ensure_ascii=False, indent=1).encode("utf-8")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    try:
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:  # directories cannot be opened on some systems (Windows)
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+
+
+class Autosave:
+    """Saves a conversation at most once per `interval` seconds while an answer streams."""
+
+    def __init__(self, conversation: Conversation, interval: float = 1.0) -> None:
+        self.conversation = conversation
+        self.interval = interval
+        self._last = 0.0
+        self.saves = 0
+
+    def touch(self) -> bool:
+        """Save if the last save is older than the interval; True when it saved."""
+        now = time.monotonic()
+        if now - self._last < self.interval:
+            return False
+        self.flush()
+        return True
+
+    def flush(self) -> None:
+        self.conversation.save()
+        self._last = time.monotonic()
+        self.saves += 1
+
+
+def load(path_or_id: str | Path, directory: Path | None = None) -> Conversation:
+    """One conversation by file path or id; raises ValueError/OSError when it cannot be read."""
+    folder = directory or settings().conversations_dir
+    path = Path(path_or_id)
+    if path.suffix != ".json" or not path.exists():
+        path = folder / f"{path_or_id}.json"
+    with open(path, encoding="utf-8") as handle:
+        data = json.load(handle)
+    return Conversation.from_json(data, directory=path.parent)
+
+
+def _iter_files(directory: Path) -> Iterator[Path]:
+    if directory.is_dir():
+        yield from (p for p in directory.glob("*.json") if not p.name.startswith("."))
+
+
+def scan(directory: Path | None = None) -> tuple[list[Conversation], list[tuple[Path, str]]]:
+    """Every readable conversation, newest first, and the files skipped with the reason."""
+    folder = directory or settings().conversations_dir
+    found: list[Conversation] = []
+    skipped: list[tuple[Path, str]] = []
+    for path in _iter_files(folder):
+        try:
+            found.append(load(path, directory=folder))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.warning("skipping unreadable conversation %s: %s", path.name, exc)
+            skipped.append((path, f"{type(exc).__name__}: {exc}"))
+    found.sort(key=lambda c: (c.updated or c.created, c.id), reverse=True)
+    return found, skipped
+
+
+def list_all(directory: Path | None = None) -> list[Conversation]:
+    """Every readable conversation, newest first; a corrupt file is skipped with a warning."""
+    return scan(directory)[0]
+
+
+def last(directory: Path | None = None) -> Conversation | None:
+    """The most recently updated conversation, or None."""
+    conversations = list_all(directory)
+    return conversations[0] if conversations else None

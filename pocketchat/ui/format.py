@@ -1,0 +1,49 @@
+"""Small, pure formatters for figures on screen: bytes, durations, token counts."""
+
+from __future__ import annotations
+
+
+def human_bytes(n: float | None) -> str:
+    if n is None:
+        return "?"
+    value = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(value) < 1000 or unit == "TB":
+            if unit == "B":
+                return f"{int(value)} B"
+            return f"{value:.1f} {unit}" if value < 100 else f"{value:.0f} {unit}"
+        value /= 1000
+    return f"{value:.1f} TB"  # pragma: no cover - the loop always returns
+
+
+def human_duration(seconds: float | None) -> str:
+    if seconds is None or seconds != seconds or seconds < 0:
+        return "?"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds + 0.5), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+def compact_count(n: int) -> str:
+    """4096 -> '4096', 32768 -> '32.8k', 131072 -> '131k'."""
+    if n < 10_000:
+        return str(n)
+    if n < 100_000:
+        return f"{n / 1000:.1f}k"
+    return f"{n // 1000}k"
+
+
+def meter(fraction: float, width: int = 10) -> str:
+    """A text bar such as '████▌░░░░░' for a fraction in [0, 1]."""
+    fraction = min(max(fraction, 0.0), 1.0)
+    eighths = int(round(fraction * width * 8))
+    full, part = divmod(eighths, 8)
+    partial = " ▏▎▍▌▋▊▉"[part] if part else ""
+    bar = "█" * full + partial.strip()
+    return bar + "░" * (width - len(bar))

@@ -1,0 +1,202 @@
+"""Screens around the chat: loading, download progress, and the small dialogs."""
+
+from __future__ import annotations
+
+import time
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Center, Horizontal, Middle, Vertical, VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import (
+    Button,
+    Footer,
+    Label,
+    LoadingIndicator,
+    Markdown,
+    OptionList,
+    ProgressBar,
+    Static,
+    TextArea,
+)
+from textual.widgets.option_list import Option
+
+from pocketchat.conversations import Conversation
+from pocketchat.ui.format import human_bytes, human_duration
+
+
+class LoadingScreen(Screen):
+    """Shown while the model loads (a 13 GB file takes a while)."""
+
+    def __init__(self, what: str = "Loading the model") -> None:
+        super().__init__(classes="startup")
+        self.what = what
+        self._started = time.monotonic()
+
+    def compose(self) -> ComposeResult:
+        with Middle(), Center(classes="startup-box"):
+            yield Label(self.what, id="loading-title")
+            yield LoadingIndicator()
+            yield Label("", id="loading-elapsed")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.set_interval(0.5, self._tick)
+
+    def set_what(self, what: str) -> None:
+        self.what = what
+        self.query_one("#loading-title", Label).update(what)
+
+    def _tick(self) -> None:
+        elapsed = time.monotonic() - self._started
+        self.query_one("#loading-elapsed", Label).update(f"{human_duration(elapsed)} · Ctrl+Q quits")
+
+
+class DownloadScreen(Screen):
+    """Progress of a model download: bytes, percent, speed and time left."""
+
+    def __init__(self, what: str = "Downloading the model") -> None:
+        super().__init__(classes="startup")
+        self.what = what
+        self._samples: list[tuple[float, int]] = []
+
+    def compose(self) -> ComposeResult:
+        with Middle(), Center(classes="startup-box"):
+            yield Label(self.what, id="download-title")
+            yield ProgressBar(total=None, show_eta=False, id="download-bar")
+            yield Label("starting…", id="download-figures")
+        yield Footer()
+
+    def update_progress(self, done: int, total: int | None, now: float | None = None) -> str:
+        """Show `done` of `total` bytes; returns the figures line (also for tests)."""
+        now = time.monotonic() if now is None else now
+        self._samples.append((now, done))
+        while len(self._samples) > 2 and now - self._samples[0][0] > 10:
+            self._samples.pop(0)
+        t0, d0 = self._samples[0]
+        speed = (done - d0) / (now - t0) if now > t0 else 0.0
+        bar = self.query_one(ProgressBar)
+        parts = [human_bytes(done)]
+        if total:
+            bar.update(total=total, progress=done)
+            parts[0] = f"{human_bytes(done)} of {human_bytes(total)}"
+            parts.append(f"{100 * done / total:.0f}%")
+        if speed > 0:
+            parts.append(f"{human_bytes(speed)}/s")
+            if total and done < total:
+                parts.append(f"{human_duration((total - done) / speed)} left")
+        line = " · ".join(parts)
+        self.query_one("#download-figures", Label).update(line)
+        return line
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """A yes/no question."""
+
+    BINDINGS = [
+        Binding("y", "answer(True)", "Yes"),
+        Binding("n,escape", "answer(False)", "No"),
+    ]
+
+    def __init__(self, question: str) -> None:
+        super().__init__(classes="dialog")
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog-box"):
+            yield Static(self.question, markup=False, classes="question")
+            with Horizontal(classes="buttons"):
+                yield Button("Yes", variant="primary", id="yes")
+                yield Button("No", id="no")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+    def action_answer(self, value: bool) -> None:
+        self.dismiss(value)
+
+
+class SystemPromptScreen(ModalScreen["str | None"]):
+    """Edit the system prompt; Ctrl+S saves, Esc cancels."""
+
+    BINDINGS = [
+        Binding("ctrl+s", "save", "Save"),
+        Binding("escape", "cancel", "Cancel"),
+    ]
+
+    def __init__(self, current: str | None) -> None:
+        super().__init__(classes="dialog")
+        self.current = current or ""
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog-box wide"):
+            yield Label("System prompt (applies to this chat; empty = none)")
+            yield TextArea(self.current, id="system-text", soft_wrap=True)
+            with Horizontal(classes="buttons"):
+                yield Button("Save", variant="primary", id="save")
+                yield Button("Cancel", id="cancel")
+        yield Footer()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.action_save() if event.button.id == "save" else self.action_cancel()
+
+    def action_save(self) -> None:
+        self.dismiss(self.query_one("#system-text", TextArea).text.strip())
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class InfoScreen(ModalScreen[None]):
+    """A page of Markdown (hardware and recommendation); Esc closes."""
+
+    BINDINGS = [Binding("escape,q", "close", "Close")]
+
+    def __init__(self, markdown: str) -> None:
+        super().__init__(classes="dialog")
+        self.markdown = markdown
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(classes="dialog-box wide tall"):
+            yield Markdown(self.markdown)
+        yield Footer()
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+
+class ConversationsScreen(ModalScreen["Conversation | None"]):
+    """Pick a saved conversation; Enter opens it, Esc goes back."""
+
+    BINDINGS = [Binding("escape", "close", "Back")]
+
+    def __init__(self, conversations: list[Conversation]) -> None:
+        super().__init__(classes="dialog")
+        self.conversations = conversations
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog-box wide tall"):
+            yield Label(f"Saved conversations ({len(self.conversations)})")
+            if self.conversations:
+                yield OptionList(
+                    *[
+                        Option(conversation_line(c), id=str(i))
+                        for i, c in enumerate(self.conversations)
+                    ]
+                )
+            else:
+                yield Label("None yet: your chats are saved here as you go.")
+        yield Footer()
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(self.conversations[int(event.option.id or 0)])
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+
+def conversation_line(c: Conversation) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(c.updated or c.created))
+    count = sum(1 for m in c.messages if m.role == "user")
+    mark = " (interrupted)" if any(m.interrupted for m in c.messages) else ""
+    return f"{when}  {c.display_title}  · {count} prompt{'s' if count != 1 else ''}{mark}"

@@ -1,0 +1,129 @@
+"""Getting a model running without freezing the screen: prepare (download), then open.
+
+Both steps run in a daemon thread, not a Textual worker: loading 13 GB can take minutes, and
+a Textual thread worker would hold the app's exit (the event loop waits for its executor)
+until the load ends. A daemon thread lets Ctrl+Q quit at once.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from typing import TYPE_CHECKING, Callable
+
+from textual.message import Message
+
+from pocketchat.errors import (
+    AmbiguousModel,
+    ConfigError,
+    GatedRepo,
+    HardwareProfileError,
+    ModelNotFound,
+    NothingFits,
+    OfflineError,
+    UsageError,
+)
+from pocketchat.runtime.engine import Engine
+
+if TYPE_CHECKING:
+    from pocketchat.ui.app import ChatApp
+
+EngineFactory = Callable[[], Engine]
+
+# Errors about what the user asked for: the chat cannot go on, the CLI prints them and exits 1.
+FATAL_AT_START: tuple[type[BaseException], ...] = (
+    UsageError,
+    HardwareProfileError,
+    ConfigError,
+    ModelNotFound,
+    AmbiguousModel,
+    NothingFits,
+    GatedRepo,
+    OfflineError,  # offline and the starter model declined
+)
+
+
+class EngineReady(Message):
+    def __init__(self, engine: Engine) -> None:
+        super().__init__()
+        self.engine = engine
+
+
+class EngineFailed(Message):
+    def __init__(self, error: BaseException) -> None:
+        super().__init__()
+        self.error = error
+
+
+class StartupProgress(Message):
+    def __init__(self, done: int, total: int | None, what: str) -> None:
+        super().__init__()
+        self.done, self.total, self.what = done, total, what
+
+
+class StartupStatus(Message):
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+
+class StartupHooks:
+    """What a `prepare` step may use from its thread: ask, report progress, say what it does."""
+
+    PROGRESS_INTERVAL = 0.1
+
+    def __init__(self, app: ChatApp) -> None:
+        self.app = app
+        self._last_progress = 0.0
+
+    def confirm(self, question: str) -> bool:
+        """Ask a yes/no question on screen and wait for the answer."""
+        from pocketchat.ui.screens import ConfirmScreen
+
+        answer: concurrent.futures.Future[bool] = concurrent.futures.Future()
+
+        def ask() -> None:
+            self.app.push_screen(ConfirmScreen(question), callback=answer.set_result)
+
+        self.app.call_from_thread(ask)
+        return bool(answer.result())
+
+    def progress(self, done: int, total: int | None = None, what: str = "") -> None:
+        """Bytes downloaded so far (at most 10 screen updates a second; the last always shows)."""
+        now = time.monotonic()
+        final = total is not None and done >= total
+        if not final and now - self._last_progress < self.PROGRESS_INTERVAL:
+            return
+        self._last_progress = now
+        self.app.post_message(StartupProgress(int(done), total, what))
+
+    def status(self, text: str) -> None:
+        self.app.post_message(StartupStatus(text))
+
+
+def start_engine(
+    app: ChatApp,
+    factory: EngineFactory,
+    prepare: Callable[[StartupHooks], object] | None,
+) -> threading.Thread:
+    """Run `prepare` (when given) then `factory` in a daemon thread; post the outcome."""
+
+    def run() -> None:
+        try:
+            if prepare is not None:
+                prepare(StartupHooks(app))
+            app.post_message(StartupStatus("Loading the model"))
+            engine = factory()
+        except BaseException as exc:  # noqa: BLE001 - every failure is shown in the app
+            app.post_message(EngineFailed(exc))
+            return
+        if not app.post_message(EngineReady(engine)):
+            try:  # the app is gone: do not leave a loaded model behind
+                engine.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+    thread = threading.Thread(target=run, name="pocketchat-engine-open", daemon=True)
+    thread.start()
+    return thread

@@ -1,0 +1,188 @@
+"""The answer in flight: a thread iterates `engine.chat()`, the UI drains it at a bounded rate.
+
+Nothing here knows Textual. `AnswerStream.run()` runs in a worker thread: it appends each
+chunk to the conversation's assistant message, saves the conversation at most once a second
+(`Autosave`), and keeps the text not yet shown in a buffer. The UI calls `drain()` from a
+timer (at most 20 times a second) and renders what piled up since the last call, so the
+number of screen updates does not grow with the token rate.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from pocketchat.conversations import Autosave, ChatMessage, Conversation, stats_summary
+from pocketchat.runtime.engine import ChatOptions, Engine, Message, Stats
+
+UPDATES_PER_SECOND = 20
+SAVE_INTERVAL = 1.0
+
+
+@dataclass(frozen=True)
+class StreamUpdate:
+    """What arrived since the last drain, and where the answer stands."""
+
+    text: str = ""
+    thinking: str = ""
+    stats: Stats | None = None
+    done: bool = False
+    finish_reason: str | None = None
+    error: str | None = None
+    exception: BaseException | None = None
+    elapsed: float = 0.0
+    first_token_at: float | None = None
+
+
+class AnswerStream:
+    """One answer: produced in a worker thread, consumed by the UI in batches."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        conversation: Conversation,
+        message: ChatMessage,
+        messages: Sequence[Message],
+        options: ChatOptions,
+        save_interval: float = SAVE_INTERVAL,
+    ) -> None:
+        self.engine = engine
+        self.conversation = conversation
+        self.message = message
+        self.messages = list(messages)
+        self.options = options
+        self.autosave = Autosave(conversation, save_interval)
+        self.finished = threading.Event()
+        self.cancelled = False
+        self._lock = threading.Lock()
+        self._text: list[str] = []
+        self._thinking: list[str] = []
+        self._stats: Stats | None = None
+        self._finish: str | None = None
+        self._error: str | None = None
+        self._exception: BaseException | None = None
+        self._started = time.monotonic()
+        self._first_token: float | None = None
+        self.save_error: OSError | None = None
+
+    # -- the worker thread -------------------------------------------------------------
+    def run(self) -> None:
+        """Iterate the engine to the end; never raises (a failure is kept for the UI)."""
+        message = self.message
+        message.interrupted = True  # until the answer finishes, a saved copy says "cut short"
+        self._save(force=True)
+        finish: str | None = None
+        error: str | None = None
+        exception: BaseException | None = None
+        try:
+            for chunk in self.engine.chat(self.messages, self.options):
+                with self._lock:
+                    if (chunk.text or chunk.thinking) and self._first_token is None:
+                        self._first_token = time.monotonic()
+                    if chunk.text:
+                        self._text.append(chunk.text)
+                        message.content += chunk.text
+                    if chunk.thinking:
+                        self._thinking.append(chunk.thinking)
+                        message.thinking += chunk.thinking
+                    self._stats = chunk.stats
+                message.stats = stats_summary(chunk.stats)
+                if chunk.finish_reason is not None:
+                    finish, error = chunk.finish_reason, chunk.error
+                    break
+                self._save()
+        except BaseException as exc:  # noqa: BLE001 - any failure becomes a message in the chat
+            exception = exc
+            finish = "error"
+        if finish is None:
+            finish = "cancelled" if self.cancelled else "stop"
+        message.interrupted = finish in ("cancelled", "error") or self.cancelled
+        self._save(force=True)
+        with self._lock:
+            self._finish, self._error, self._exception = finish, error, exception
+        self.finished.set()
+
+    def _save(self, force: bool = False) -> None:
+        try:
+            if force:
+                self.autosave.flush()
+            else:
+                self.autosave.touch()
+        except OSError as exc:  # a full disk must not stop the answer; the UI says so
+            self.save_error = exc
+
+    # -- the UI thread ----------------------------------------------------------------------
+    def drain(self) -> StreamUpdate:
+        """Everything that arrived since the last call."""
+        with self._lock:
+            text, thinking = "".join(self._text), "".join(self._thinking)
+            self._text.clear()
+            self._thinking.clear()
+            done = self.finished.is_set()
+            return StreamUpdate(
+                text=text,
+                thinking=thinking,
+                stats=self._stats,
+                done=done,
+                finish_reason=self._finish if done else None,
+                error=self._error if done else None,
+                exception=self._exception if done else None,
+                elapsed=time.monotonic() - self._started,
+                first_token_at=(
+                    self._first_token - self._started if self._first_token is not None else None
+                ),
+            )
+
+    def cancel(self) -> None:
+        """Ask the engine to stop; the thread ends when the engine says 'cancelled'."""
+        self.cancelled = True
+        try:
+            self.engine.cancel()
+        except Exception:  # noqa: BLE001 - a dead engine cannot be cancelled; the thread ends anyway
+            pass
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self.finished.wait(timeout)
+
+
+class MemoryProbe:
+    """Resident memory of the engine's worker process, or of this process and its children."""
+
+    def __init__(self, pid: int | None = None) -> None:
+        self.pid = pid
+
+    def __call__(self) -> int | None:
+        try:
+            import psutil
+        except ImportError:  # pragma: no cover - psutil is a dependency
+            return None
+        try:
+            if self.pid:
+                return psutil.Process(self.pid).memory_info().rss
+            me = psutil.Process(os.getpid())
+            total = me.memory_info().rss
+            for child in me.children(recursive=True):
+                try:
+                    total += child.memory_info().rss
+                except psutil.Error:
+                    continue
+            return total
+        except psutil.Error:
+            return None
+
+
+def engine_pid(engine: object) -> int | None:
+    """The worker process id, when the engine says it (`engine.pid`)."""
+    pid = getattr(engine, "pid", None)
+    if callable(pid):
+        try:
+            pid = pid()
+        except Exception:  # noqa: BLE001
+            return None
+    return pid if isinstance(pid, int) and pid > 0 else None
+
+
+MemoryFn = Callable[[], "int | None"]

@@ -1,0 +1,284 @@
+"""The chat's widgets: header, messages, the prompt input and the live status bar."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual import events
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.widgets import Collapsible, Label, Markdown, Static, TextArea
+from textual.widgets._markdown import MarkdownStream
+
+from pocketchat.runtime.engine import EngineInfo, Stats
+from pocketchat.ui.format import compact_count, human_bytes, human_duration, meter
+
+
+class EngineHeader(Static):
+    """One line saying what runs: model, backend, placement, context size."""
+
+    def show(self, info: EngineInfo | None, state: str = "") -> None:
+        if info is None:
+            self.update(f"pocketchat · {state or 'no model loaded'}")
+            return
+        parts = ["pocketchat", info.model, info.backend, info.placement, f"ctx {info.n_ctx}"]
+        if state:
+            parts.append(state)
+        self.update(" · ".join(p for p in parts if p))
+
+
+class ChatLog(VerticalScroll):
+    """The scrolling conversation."""
+
+    can_focus = False
+
+
+class UserMessage(Static):
+    """What the user sent, shown as typed (no markup)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text, markup=False, classes="message user")
+
+
+class Notice(Static):
+    """A message from pocketchat itself: an error, a warning, or news (not sent to the model)."""
+
+    def __init__(self, text: str, hint: str = "", kind: str = "error") -> None:
+        body = text if not hint else f"{text}\n{hint}"
+        super().__init__(body, markup=False, classes=f"notice {kind}")
+        self.kind = kind
+
+
+class AnswerView(Vertical):
+    """One answer: thinking (dimmed, collapsible) above the Markdown text, figures below."""
+
+    def __init__(self, text: str = "", thinking: str = "", *, streaming: bool = False) -> None:
+        super().__init__(classes="message assistant")
+        self._initial_text = text
+        self._initial_thinking = thinking
+        self.streaming = streaming
+        self.text = text
+        self.thinking = thinking
+        self._answer_stream: MarkdownStream | None = None
+        self._thinking_stream: MarkdownStream | None = None
+
+    def compose(self):
+        if self._initial_thinking:
+            yield self._make_thinking(self._initial_thinking, collapsed=not self.streaming)
+        yield Markdown(self._initial_text, classes="answer")
+        yield Label("", classes="figures")
+
+    def _make_thinking(self, text: str, collapsed: bool) -> Collapsible:
+        return Collapsible(
+            Markdown(text, classes="thinking-text"),
+            title="Thinking",
+            collapsed=collapsed,
+            classes="thinking",
+        )
+
+    @property
+    def answer(self) -> Markdown:
+        return self.query_one("Markdown.answer", Markdown)
+
+    async def add_thinking(self, fragment: str) -> None:
+        if not fragment:
+            return
+        self.thinking += fragment
+        if self._thinking_stream is None:
+            if not self.query("Collapsible.thinking"):
+                await self.mount(self._make_thinking("", collapsed=False), before=self.answer)
+            self._thinking_stream = Markdown.get_stream(self.query_one(".thinking-text", Markdown))
+        await self._thinking_stream.write(fragment)
+
+    async def add_text(self, fragment: str) -> None:
+        if not fragment:
+            return
+        if not self.text and self.thinking:
+            # The answer begins: fold the thinking away (a click opens it again).
+            await self._stop_thinking()
+            for box in self.query("Collapsible.thinking").results(Collapsible):
+                box.collapsed = True
+        self.text += fragment
+        if self._answer_stream is None:
+            self._answer_stream = Markdown.get_stream(self.answer)
+        await self._answer_stream.write(fragment)
+
+    async def _stop_thinking(self) -> None:
+        if self._thinking_stream is not None:
+            await self._thinking_stream.stop()
+            self._thinking_stream = None
+
+    async def finish(self, figures: str, interrupted: bool) -> None:
+        await self._stop_thinking()
+        if self._answer_stream is not None:
+            await self._answer_stream.stop()
+            self._answer_stream = None
+        self.streaming = False
+        self.set_figures(figures, interrupted)
+
+    def set_figures(self, figures: str, interrupted: bool) -> None:
+        label = self.query_one(".figures", Label)
+        text = figures
+        if interrupted:
+            text = f"{figures} · interrupted" if figures else "interrupted"
+        label.update(text)
+        label.set_class(interrupted, "interrupted")
+
+
+def figures_line(stats: dict | None) -> str:
+    """'42 tokens · 31.2 tok/s · TTFT 210 ms' from a saved stats summary."""
+    if not stats:
+        return ""
+    parts = [f"{stats.get('generated_tokens', 0)} tokens"]
+    if stats.get("decode_tok_s"):
+        parts.append(f"{stats['decode_tok_s']:.1f} tok/s")
+    if stats.get("ttft_seconds") is not None:
+        parts.append(f"TTFT {human_duration(stats['ttft_seconds'])}")
+    return " · ".join(parts)
+
+
+class PromptInput(TextArea):
+    """Multi-line input: Enter sends, Ctrl+J (or Shift+Enter) makes a new line, Up recalls."""
+
+    BINDINGS = [
+        Binding("ctrl+j", "newline", "New line", key_display="ctrl+j"),
+        Binding("shift+enter", "newline", "New line", show=False),
+    ]
+
+    class Submitted(Message):
+        def __init__(self, text: str) -> None:
+            super().__init__()
+            self.text = text
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(soft_wrap=True, show_line_numbers=False, tab_behavior="focus", **kwargs)
+        self.sent: list[str] = []
+        self._recall: int | None = None
+        self._draft = ""
+
+    def action_newline(self) -> None:
+        self.insert("\n")
+
+    def remember(self, text: str) -> None:
+        if text and (not self.sent or self.sent[-1] != text):
+            self.sent.append(text)
+        self._recall = None
+
+    async def _on_key(self, event: events.Key) -> None:
+        if event.key == "enter":
+            event.stop()
+            event.prevent_default()
+            text = self.text.strip()
+            if text:
+                self.post_message(self.Submitted(text))
+            return
+        if event.key == "up" and self.cursor_location[0] == 0 and self.sent:
+            event.stop()
+            event.prevent_default()
+            self._recall_step(-1)
+            return
+        if event.key == "down" and self._recall is not None and self._on_last_row():
+            event.stop()
+            event.prevent_default()
+            self._recall_step(+1)
+            return
+        await super()._on_key(event)
+
+    def _on_last_row(self) -> bool:
+        return self.cursor_location[0] >= self.document.line_count - 1
+
+    def _recall_step(self, step: int) -> None:
+        if self._recall is None:
+            if step > 0:
+                return
+            self._draft = self.text
+            index = len(self.sent) - 1
+        else:
+            index = self._recall + step
+        if index < 0:
+            return
+        if index >= len(self.sent):
+            self._recall = None
+            self.load_text(self._draft)
+        else:
+            self._recall = index
+            self.load_text(self.sent[index])
+        self.move_cursor(self.document.end)
+
+
+@dataclass
+class StatusFigures:
+    """What the status bar shows."""
+
+    state: str = "Ready"
+    decode_tok_s: float | None = None
+    ttft_seconds: float | None = None
+    tokens: int | None = None
+    context_used: int = 0
+    context_limit: int = 0
+    memory_bytes: int | None = None
+
+
+def context_level(used: int, limit: int) -> str:
+    if limit <= 0:
+        return "ok"
+    fraction = used / limit
+    return "full" if fraction >= 0.9 else "warn" if fraction >= 0.75 else "ok"
+
+
+class StatusBar(Horizontal):
+    """Live figures: state, decode tok/s, time to first token, tokens, context, memory."""
+
+    def compose(self):
+        yield Label("", id="st-state")
+        yield Label("", id="st-speed")
+        yield Label("", id="st-ttft")
+        yield Label("", id="st-tokens")
+        yield Label("", id="st-ctx")
+        yield Label("", id="st-mem")
+
+    def on_mount(self) -> None:
+        self.show(StatusFigures(state="Starting"))
+
+    def show(self, f: StatusFigures) -> None:
+        self.figures = f
+        self.query_one("#st-state", Label).update(f.state)
+        speed = f"{f.decode_tok_s:.1f} tok/s" if f.decode_tok_s else "– tok/s"
+        self.query_one("#st-speed", Label).update(speed)
+        ttft = human_duration(f.ttft_seconds) if f.ttft_seconds is not None else "–"
+        self.query_one("#st-ttft", Label).update(f"TTFT {ttft}")
+        self.query_one("#st-tokens", Label).update(
+            f"{f.tokens} tokens" if f.tokens is not None else "0 tokens"
+        )
+        ctx = self.query_one("#st-ctx", Label)
+        if f.context_limit:
+            level = context_level(f.context_used, f.context_limit)
+            ctx.update(
+                f"ctx {compact_count(f.context_used)}/{compact_count(f.context_limit)} "
+                f"{meter(f.context_used / f.context_limit, 8)}"
+            )
+        else:
+            level = "ok"
+            ctx.update("ctx –")
+        ctx.set_class(level == "warn", "warn")
+        ctx.set_class(level == "full", "full")
+        self.query_one("#st-mem", Label).update(f"mem {human_bytes(f.memory_bytes)}")
+
+
+def figures_from_stats(
+    stats: Stats | None, state: str, memory: int | None, limit: int, elapsed_ttft: float | None
+) -> StatusFigures:
+    if stats is None:
+        return StatusFigures(state=state, ttft_seconds=elapsed_ttft, tokens=0,
+                             context_limit=limit, memory_bytes=memory)
+    ttft = stats.ttft_seconds if stats.ttft_seconds is not None else elapsed_ttft
+    return StatusFigures(
+        state=state,
+        decode_tok_s=stats.decode_tok_s or None,
+        ttft_seconds=ttft,
+        tokens=stats.generated_tokens,
+        context_used=stats.context_used,
+        context_limit=stats.context_limit or limit,
+        memory_bytes=memory,
+    )

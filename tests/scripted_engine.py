@@ -1,0 +1,135 @@
+"""A fake Engine for UI tests: yields scripted answers token by token, with stats.
+
+It honours `cancel()`, can hold an answer mid-way until released (so a test can look at the
+screen mid-stream or press Esc), and can crash the way a dead worker does (EngineCrashed).
+Stats are computed from a fixed per-token time, so figures on screen are deterministic.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+from pocketchat.errors import EngineCrashed
+from pocketchat.runtime.engine import ChatOptions, Chunk, EngineInfo, Message, Stats
+
+TOKEN = re.compile(r"\s*\S+|\s+")
+
+
+def tokens(text: str) -> list[str]:
+    return TOKEN.findall(text)
+
+
+@dataclass
+class Reply:
+    text: str
+    thinking: str = ""
+    hold_after: int | None = None  # block after this many tokens until released or cancelled
+    crash_after: int | None = None  # raise EngineCrashed after this many tokens
+    finish_reason: str = "stop"
+    error: str | None = None
+    context_used: int | None = None
+    dropped_messages: int = 0
+
+
+@dataclass
+class ScriptedEngine:
+    replies: list[Reply] = field(default_factory=lambda: [Reply("Hello from the script.")])
+    info: EngineInfo = field(
+        default_factory=lambda: EngineInfo(
+            backend="llama.cpp", model="Scripted-1B", placement="CPU, 2 threads", n_ctx=4096
+        )
+    )
+    seconds_per_token: float = 0.025  # 40 tok/s on screen
+    ttft: float = 0.125
+    delay: float = 0.0  # real time between tokens
+    pid: int | None = None
+
+    def __post_init__(self) -> None:
+        self.calls: list[tuple[list[Message], ChatOptions | None]] = []
+        self.release = threading.Event()
+        self.held = threading.Event()
+        self._cancel = threading.Event()
+        self.closed = False
+        self.cancels = 0
+
+    def chat(
+        self, messages: Sequence[Message], options: ChatOptions | None = None
+    ) -> Iterator[Chunk]:
+        if self.closed:
+            raise EngineCrashed("the engine is closed")
+        self.calls.append((list(messages), options))
+        reply = self.replies[min(len(self.calls) - 1, len(self.replies) - 1)]
+        self._cancel.clear()
+        return self._stream(messages, reply, options)
+
+    def _stream(
+        self, messages: Sequence[Message], reply: Reply, options: ChatOptions | None
+    ) -> Iterator[Chunk]:
+        prompt_tokens = sum(len(tokens(m.content)) + 4 for m in messages)
+        thinking = tokens(reply.thinking) if (options is None or options.thinking) else []
+        pieces = [("thinking", t) for t in thinking] + [("text", t) for t in tokens(reply.text)]
+        n = 0
+        for kind, piece in pieces:
+            if reply.crash_after is not None and n >= reply.crash_after:
+                raise EngineCrashed("the worker process died (signal 9)", exitcode=-9)
+            if reply.hold_after is not None and n == reply.hold_after:
+                self.held.set()
+                while not (self.release.wait(0.01) or self._cancel.is_set()):
+                    pass
+            if self._cancel.is_set():
+                yield Chunk(stats=self._stats(prompt_tokens, n, reply), finish_reason="cancelled")
+                return
+            if self.delay:
+                time.sleep(self.delay)
+            n += 1
+            stats = self._stats(prompt_tokens, n, reply)
+            yield Chunk(text=piece, stats=stats) if kind == "text" else Chunk(
+                thinking=piece, stats=stats
+            )
+        yield Chunk(
+            stats=self._stats(prompt_tokens, n, reply),
+            finish_reason=reply.finish_reason,  # type: ignore[arg-type]
+            error=reply.error,
+        )
+
+    def _stats(self, prompt_tokens: int, n: int, reply: Reply) -> Stats:
+        used = reply.context_used if reply.context_used is not None else prompt_tokens + n
+        return Stats(
+            prompt_tokens=prompt_tokens,
+            prompt_seconds=0.1,
+            generated_tokens=n,
+            decode_seconds=n * self.seconds_per_token,
+            ttft_seconds=self.ttft if n else None,
+            context_used=used,
+            context_limit=self.info.n_ctx,
+            dropped_messages=reply.dropped_messages,
+        )
+
+    def cancel(self) -> None:
+        self.cancels += 1
+        self._cancel.set()
+
+    def close(self) -> None:
+        self.closed = True
+        self._cancel.set()
+
+
+class Factory:
+    """An engine factory that hands out scripted engines and counts the starts."""
+
+    def __init__(self, *engines: ScriptedEngine, fail: list[BaseException] | None = None) -> None:
+        self.engines = list(engines) or [ScriptedEngine()]
+        self.fail = list(fail or [])
+        self.started: list[ScriptedEngine] = []
+
+    def __call__(self) -> ScriptedEngine:
+        if self.fail:
+            raise self.fail.pop(0)
+        engine = self.engines[min(len(self.started), len(self.engines) - 1)]
+        engine.closed = False
+        self.started.append(engine)
+        return engine
