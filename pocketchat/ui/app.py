@@ -186,9 +186,9 @@ class ChatApp(App[int]):
         if isinstance(screen, LoadingScreen):
             screen = DownloadScreen(message.what or "Downloading the model")
             self.switch_screen(screen)
-            self.call_after_refresh(screen.update_progress, message.done, message.total)
+            self.call_after_refresh(screen.update_progress, message.done, message.total, message.at)
         elif isinstance(screen, DownloadScreen):
-            screen.update_progress(message.done, message.total)
+            screen.update_progress(message.done, message.total, message.at)
 
     def _close_startup_screens(self) -> None:
         while self._startup_screen() is not None:
@@ -203,6 +203,7 @@ class ChatApp(App[int]):
             self._memory_probe = MemoryProbe(engine_pid(message.engine))
         self.conversation.model = self.conversation.model or self.info.model
         self._close_startup_screens()
+        self.refresh_bindings()
         self.query_one(EngineHeader).show(self.info)
         self._sample_memory()
         self._idle_status()
@@ -212,9 +213,10 @@ class ChatApp(App[int]):
         error = message.error
         if isinstance(error, FATAL_AT_START):
             self.fatal_error = error
-            self.exit(1)
+            self.exit(1, return_code=1)
             return
         self._close_startup_screens()
+        self.refresh_bindings()
         self.query_one(EngineHeader).show(None, "no model running")
         text, hint = describe_error(error)
         self.notice(f"Could not start the model: {text}", hint or "Ctrl+R tries again.")
@@ -273,6 +275,7 @@ class ChatApp(App[int]):
                                         self.info.n_ctx if self.info else 0, None))
         self._run_stream(self.stream)
         self._pump_timer = self.set_interval(1 / UPDATES_PER_SECOND, self._pump)
+        self.refresh_bindings()
 
     @work(thread=True, group="stream", exit_on_error=False)
     def _run_stream(self, stream: AnswerStream) -> None:
@@ -300,6 +303,7 @@ class ChatApp(App[int]):
             self._pump_timer.stop()
             self._pump_timer = None
         self.stream, self._answer = None, None
+        self.refresh_bindings()
         message = stream.message
         await view.finish(figures_line(message.stats), message.interrupted)
         stats = update.stats
@@ -409,6 +413,14 @@ class ChatApp(App[int]):
         if self.stream is not None:
             self.stream.cancel()
         self.exit(0)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Hide keys that do nothing now (Esc without an answer, chat keys while loading)."""
+        if action == "stop":
+            return self.stream is not None
+        if action in ("new_chat", "restart"):
+            return self._startup_screen() is None and not self._starting
+        return True
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield SystemCommand("New chat", "Start a new conversation (Ctrl+N)", self.action_new_chat)

@@ -63,7 +63,7 @@ class DownloadScreen(Screen):
     def compose(self) -> ComposeResult:
         with Middle(), Center(classes="startup-box"):
             yield Label(self.what, id="download-title")
-            yield ProgressBar(total=None, show_eta=False, id="download-bar")
+            yield ProgressBar(total=None, show_eta=False, show_percentage=False, id="download-bar")
             yield Label("starting…", id="download-figures")
         yield Footer()
 

@@ -57,9 +57,9 @@ class EngineFailed(Message):
 
 
 class StartupProgress(Message):
-    def __init__(self, done: int, total: int | None, what: str) -> None:
+    def __init__(self, done: int, total: int | None, what: str, at: float) -> None:
         super().__init__()
-        self.done, self.total, self.what = done, total, what
+        self.done, self.total, self.what, self.at = done, total, what, at
 
 
 class StartupStatus(Message):
@@ -96,7 +96,7 @@ class StartupHooks:
         if not final and now - self._last_progress < self.PROGRESS_INTERVAL:
             return
         self._last_progress = now
-        self.app.post_message(StartupProgress(int(done), total, what))
+        self.app.post_message(StartupProgress(int(done), total, what, now))
 
     def status(self, text: str) -> None:
         self.app.post_message(StartupStatus(text))

@@ -1,0 +1,56 @@
+"""Helpers for driving the chat app in tests: wait for a condition, read what is on screen."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Callable
+
+from textual.pilot import Pilot
+from textual.widgets import Label
+
+from pocketchat.ui.widgets import StatusBar
+
+
+async def wait_for(pilot: Pilot, condition: Callable[[], object], timeout: float = 10.0,
+                   what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await pilot.pause(0.02)
+
+
+async def ready(pilot: Pilot, timeout: float = 10.0) -> None:
+    """Wait until the engine is open and the chat screen is on top."""
+    app = pilot.app
+    await wait_for(pilot, lambda: app.engine is not None and app.screen is app.screen_stack[0],
+                   timeout, "the engine to open")
+    await pilot.pause()
+
+
+async def answered(pilot: Pilot, timeout: float = 10.0) -> None:
+    await wait_for(pilot, lambda: pilot.app.stream is None, timeout, "the answer to finish")
+    await pilot.pause()
+
+
+async def send(pilot: Pilot, text: str) -> None:
+    prompt = pilot.app.query_one("#prompt")
+    prompt.focus()
+    prompt.load_text(text)
+    await pilot.press("enter")
+
+
+def status_text(app) -> str:
+    bar = app.query_one(StatusBar)
+    return "  ".join(str(label.render()) for label in bar.query(Label))
+
+
+def screen_text(app) -> str:
+    """Every line on the current screen, as a user would read it."""
+    strips = app.screen._compositor.render_strips()
+    return "\n".join(strip.text.rstrip() for strip in strips)
+
+
+def run(coro) -> None:
+    asyncio.run(coro)
