@@ -50,6 +50,7 @@ from pocketchat.ui.widgets import (
     StatusBar,
     StatusFigures,
     UserMessage,
+    Welcome,
     figures_from_stats,
     figures_line,
 )
@@ -136,7 +137,9 @@ class ChatApp(App[int]):
             elif message.role == "assistant":
                 view = AnswerView(message.content, message.thinking)
                 widgets.append(view)
-        if widgets:
+        if not widgets:
+            await log.mount(Welcome())
+        else:
             await log.mount_all(widgets)
             for view, message in zip(
                 log.query(AnswerView).results(AnswerView),
@@ -265,6 +268,8 @@ class ChatApp(App[int]):
         history = conversation.engine_messages()
         message = conversation.add("assistant", interrupted=True)
         view = AnswerView(streaming=True)
+        for welcome in self.chat_log.query(Welcome):
+            await welcome.remove()
         await self.chat_log.mount_all([UserMessage(text), view])
         self.chat_log.anchor()
         self._answer = view

@@ -34,6 +34,20 @@ class ChatLog(VerticalScroll):
     can_focus = False
 
 
+WELCOME = (
+    "Ask anything below: Enter sends, Ctrl+J makes a new line, Up recalls a prompt.\n"
+    "Esc stops an answer · Ctrl+N new chat · Ctrl+P commands · Ctrl+Q quits.\n"
+    "Chats are saved as you go; `pocketchat --continue` reopens the last one."
+)
+
+
+class Welcome(Static):
+    """Shown in an empty chat."""
+
+    def __init__(self) -> None:
+        super().__init__(WELCOME, markup=False, id="welcome")
+
+
 class UserMessage(Static):
     """What the user sent, shown as typed (no markup)."""
 
@@ -142,7 +156,7 @@ class PromptInput(TextArea):
     """Multi-line input: Enter sends, Ctrl+J (or Shift+Enter) makes a new line, Up recalls."""
 
     BINDINGS = [
-        Binding("ctrl+j", "newline", "New line", key_display="ctrl+j"),
+        Binding("ctrl+j", "newline", "New line", key_display="^j"),
         Binding("shift+enter", "newline", "New line", show=False),
     ]
 

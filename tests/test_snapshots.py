@@ -1,0 +1,77 @@
+"""Snapshots of the chat's main screens (pytest-textual-snapshot; update with --snapshot-update)."""
+
+from __future__ import annotations
+
+from scripted_engine import Factory, Reply, ScriptedEngine
+from uitools import answered, ready, send, wait_for
+
+from pocketchat.conversations import Conversation
+from pocketchat.ui.app import create_app
+from pocketchat.ui.widgets import Notice, PromptInput
+
+SIZE = (90, 30)
+
+ANSWER = """Here is a function that adds two numbers:
+
+```python
+def add(a: int, b: int) -> int:
+    return a + b
+```
+
+Call it as `add(2, 3)`."""
+
+THINKING = "The user wants a small Python example. A typed function is clearest."
+
+
+def app_with(*engines: ScriptedEngine, **kwargs):
+    return create_app(Factory(*engines), memory_probe=lambda: 412_000_000, **kwargs)
+
+
+async def steady(pilot) -> None:
+    await ready(pilot)
+    pilot.app.query_one(PromptInput).cursor_blink = False
+
+
+def test_empty_chat(snap_compare):
+    assert snap_compare(app_with(ScriptedEngine()), terminal_size=SIZE, run_before=steady)
+
+
+def test_answer_with_thinking_and_a_code_block(snap_compare):
+    conversation = Conversation(id="snapshot-1", model="Scripted-1B")
+    conversation.add("user", "Show me a Python function that adds two numbers.")
+    conversation.add("assistant", ANSWER, thinking=THINKING,
+                     stats={"generated_tokens": 48, "decode_tok_s": 38.5, "ttft_seconds": 0.21})
+
+    async def open_thinking(pilot):
+        await steady(pilot)
+        await pilot.click("CollapsibleTitle")
+        await pilot.pause()
+
+    app = app_with(ScriptedEngine(), conversation=conversation)
+    assert snap_compare(app, terminal_size=SIZE, run_before=open_thinking)
+
+
+def test_status_bar_mid_stream(snap_compare):
+    engine = ScriptedEngine([Reply(ANSWER, thinking=THINKING, hold_after=30)])
+
+    async def mid_stream(pilot):
+        await steady(pilot)
+        await send(pilot, "Show me a Python function that adds two numbers.")
+        await wait_for(pilot, engine.held.is_set)
+        await wait_for(pilot, lambda: "30 tokens" in str(pilot.app.query_one("#st-tokens").render()))
+        await pilot.pause(0.2)
+
+    assert snap_compare(app_with(engine), terminal_size=SIZE, run_before=mid_stream)
+
+
+def test_engine_crash_message(snap_compare):
+    engine = ScriptedEngine([Reply("It starts to answer and then", crash_after=4)])
+
+    async def crash(pilot):
+        await steady(pilot)
+        await send(pilot, "What happens when the worker dies?")
+        await answered(pilot)
+        await wait_for(pilot, lambda: pilot.app.query(Notice))
+        await pilot.pause()
+
+    assert snap_compare(app_with(engine), terminal_size=SIZE, run_before=crash)
