@@ -12,7 +12,7 @@ from pocketchat import conversations
 from pocketchat.errors import CorruptModel, DownloadError, ModelNotFound
 from pocketchat.ui.app import create_app
 from pocketchat.ui.screens import ConversationsScreen, DownloadScreen, SystemPromptScreen
-from pocketchat.ui.widgets import AnswerView, Notice, PromptInput, UserMessage
+from pocketchat.ui.widgets import AnswerView, PromptInput, UserMessage
 
 SIZE = (100, 32)
 TOK_S = re.compile(r"(\d+(?:\.\d+)?) tok/s")
@@ -144,7 +144,7 @@ def test_an_engine_crash_shows_a_message_and_restart_brings_it_back():
             await ready(pilot)
             await send(pilot, "hello")
             await answered(pilot)
-            await wait_for(pilot, lambda: app.query(Notice), what="a notice")
+            await wait_for(pilot, lambda: "engine stopped" in screen_text(app), what="a notice")
             text = screen_text(app)
             assert "The engine stopped: the worker process died (signal 9)" in text
             assert "Ctrl+R restarts the engine" in text
@@ -208,7 +208,7 @@ def test_start_up_failures_show_a_message_and_ctrl_r_retries():
                           fail=[CorruptModel("the model file is truncated")])
         app, _, _ = make(factory=factory)
         async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: app.query(Notice), what="a notice")
+            await wait_for(pilot, lambda: "Could not start" in screen_text(app), what="a notice")
             text = screen_text(app)
             assert "Could not start the model: the model file is truncated" in text
             assert "pocketchat models rm" in text  # the error's own hint
@@ -269,7 +269,7 @@ def test_a_failed_download_is_a_message_with_a_way_on():
 
         app, _, _ = make(prepare=prepare)
         async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: app.query(Notice), what="a notice")
+            await wait_for(pilot, lambda: "dropped" in screen_text(app), what="a notice")
             text = screen_text(app)
             assert "the connection dropped at 41%" in text and "resumes" in text
             await pilot.press("ctrl+r")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Callable
 
 from textual.message import Message
 
+from pocketchat import errors as _errors
 from pocketchat.errors import (
     AmbiguousModel,
     ConfigError,
@@ -41,6 +42,8 @@ FATAL_AT_START: tuple[type[BaseException], ...] = (
     NothingFits,
     GatedRepo,
     OfflineError,  # offline and the starter model declined
+) + tuple(  # the user said no to the download (errors.DownloadDeclined, where it exists)
+    e for e in [getattr(_errors, "DownloadDeclined", None)] if isinstance(e, type)
 )
 
 
