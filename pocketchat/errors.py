@@ -106,3 +106,27 @@ class EngineError(PocketchatError, RuntimeError):
 
 class BackendMissing(PocketchatError, ImportError):
     """A backend library that is not installed or cannot run on this machine."""
+
+
+class HubUnreachable(OfflineError):
+    """The Hugging Face Hub (or HF_ENDPOINT) could not be reached: no connection, DNS, timeout."""
+
+    hint = "Check the connection, or run with --offline to use only what is on disk."
+
+
+class DownloadDeclined(PocketchatError):
+    """The user said no when asked to download; nothing was downloaded."""
+
+
+class ContextOverflow(EngineError, ValueError):
+    """A message that alone does not fit the context window, even with older turns dropped."""
+
+    hint = "Shorten the message, or restart with a larger context (--ctx)."
+
+    def __init__(self, prompt_tokens: int, limit: int, *, hint: str | None = None) -> None:
+        super().__init__(
+            f"the message needs {prompt_tokens} tokens but the context has room for {limit}",
+            hint=hint,
+        )
+        self.prompt_tokens = prompt_tokens
+        self.limit = limit

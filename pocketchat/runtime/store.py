@@ -1,0 +1,354 @@
+"""The model store: name a model, get a verified local path; download it first if needed.
+
+    resolve(spec)  -> ResolvedModel   what a build id / REPO:QUANT / REPO/FILE / path names
+    ensure(spec)   -> Path            the verified file (or MLX folder), downloaded if missing
+    local_path(spec), list_models(), remove(name), downloaded_build_ids()   (no network)
+
+Models live in the Hugging Face cache layout (see `cache.py`), so anything `hf download` fetched
+is reused as is. `ensure` is local-first: a model on disk is used without any network call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from pocketchat.errors import (
+    ChecksumMismatch,
+    DiskFull,
+    DownloadDeclined,
+    HubUnreachable,
+    ModelNotFound,
+    OfflineError,
+)
+from pocketchat.paths import settings
+from pocketchat.runtime import cache, inventory, quant
+from pocketchat.runtime.download import DownloadOptions
+from pocketchat.runtime.inventory import downloaded_build_ids, list_models
+from pocketchat.runtime.store_types import (
+    CachedModel,
+    DownloadPlan,
+    DownloadProgress,
+    RemoteFile,
+    ResolvedModel,
+)
+from pocketchat.types import GB, MiB, Build
+
+__all__ = [
+    "CachedModel", "DownloadOptions", "DownloadPlan", "DownloadProgress", "RemoteFile",
+    "ResolvedModel", "downloaded_build_ids", "ensure", "list_models", "local_path", "remove",
+    "resolve", "disk_margin",
+]
+
+Confirm = Callable[[DownloadPlan], bool]
+Progress = Callable[[DownloadProgress], None]
+
+
+@dataclass(frozen=True)
+class _Spec:
+    kind: str  # build | quant | file | repo | local
+    text: str
+    build: Build | None = None
+    repo_id: str | None = None
+    quant: str | None = None
+    path: str | None = None
+    local: Path | None = None
+
+
+def _parse(spec: str | Build | ResolvedModel) -> _Spec:
+    from pocketchat.select import catalog
+
+    if isinstance(spec, ResolvedModel):
+        spec = spec.build or spec.spec or spec.name
+    if isinstance(spec, Build):
+        return _Spec("build", spec.id, build=spec)
+    text = str(spec).strip()
+    p = Path(text).expanduser()
+    if text.startswith(("/", "./", "../", "~", ".\\")) or (p.exists() and (p.is_file() or _is_model_dir(p))):
+        if not p.exists():
+            raise ModelNotFound(f"no such file: {p}")
+        return _Spec("local", text, local=p.resolve())
+    try:
+        return _Spec("build", text, build=catalog.get(text))
+    except ModelNotFound:
+        pass
+    repo, _, q = text.partition(":")
+    if q and repo.count("/") == 1 and all(repo.split("/")):
+        return _Spec("quant", text, repo_id=repo, quant=q)
+    parts = text.split("/")
+    if len(parts) >= 3 and all(parts) and not q:
+        return _Spec("file", text, repo_id="/".join(parts[:2]), path="/".join(parts[2:]))
+    if len(parts) == 2 and all(parts) and not q:
+        return _Spec("repo", text, repo_id=text)
+    raise ModelNotFound(
+        f"{text!r} is not a POCKET build, REPO:QUANT, REPO/FILE.gguf or a local file",
+        hint="Known builds: " + ", ".join(b.id for b in catalog.builds())
+        + ". Or e.g. --model bartowski/SomeModel-GGUF:Q4_K_M, or --model ./model.gguf",
+    )
+
+
+def _is_model_dir(p: Path) -> bool:
+    return p.is_dir() and (p / "config.json").exists() and any(p.glob("*.safetensors"))
+
+
+def _select(s: _Spec, paths: list[str]) -> tuple[str, list[str]]:
+    """Which of a repo's paths the spec names: (format, paths). Raises when none or several."""
+    repo = s.repo_id or ""
+    if s.kind == "build":
+        b = s.build
+        if b.format == "mlx":
+            files = [p for p in paths if quant.is_mlx_file(p)]
+            if not any(p.endswith(".safetensors") for p in files):
+                raise ModelNotFound(f"{repo} holds no MLX weights (*.safetensors)")
+            return "mlx", files
+        if b.filename in paths:
+            return "gguf", [b.filename]
+        by_id = [k for k in quant.gguf_groups(paths) if b.id.lower() in k.lower()]
+        if len(by_id) == 1:
+            return "gguf", quant.gguf_groups(paths)[by_id[0]]
+        return "gguf", quant.find_quant(paths, b.quant, repo_id=repo)
+    if s.kind == "quant":
+        return "gguf", quant.find_quant(paths, s.quant, repo_id=repo)
+    if s.kind == "file":
+        groups = quant.gguf_groups(paths)
+        for parts in groups.values():
+            if s.path in parts:
+                return "gguf", parts
+        if s.path in paths:
+            return ("gguf" if quant.is_gguf(s.path) else "file"), [s.path]
+        raise ModelNotFound(f"{repo} has no file {s.path!r}; its GGUF files: "
+                            + (", ".join(groups) or "none"))
+    return quant.single_model(paths, repo_id=repo)
+
+
+def _build_of(s: _Spec, fmt: str, files: list[str]) -> Build | None:
+    if s.build is not None:
+        return s.build
+    return inventory.build_for(s.repo_id, files[0] if fmt != "mlx" else None, fmt) if files else None
+
+
+def _resolve_online(s: _Spec) -> ResolvedModel:
+    from pocketchat.runtime import hub
+
+    repo = s.build.repo_id if s.build else s.repo_id
+    listing = hub.list_repo(repo)
+    s = replace(s, repo_id=repo)
+    fmt, chosen = _select(s, listing.paths)
+    files = tuple(listing.get(p) for p in chosen)
+    return ResolvedModel(name=s.build.id if s.build else s.text, format="mlx" if fmt == "mlx" else "gguf",
+                         repo_id=repo, commit=listing.commit, files=files, build=_build_of(s, fmt, chosen),
+                         spec=s.text)
+
+
+def _resolve_on_disk(s: _Spec) -> ResolvedModel | None:
+    """The spec resolved against the local snapshots only; None when it is not on disk."""
+    if s.kind == "local":
+        fmt = "mlx" if s.local.is_dir() else "gguf"
+        return ResolvedModel(name=str(s.local), format=fmt, local=s.local, offline=True, spec=s.text)
+    repo = s.build.repo_id if s.build else s.repo_id
+    s = replace(s, repo_id=repo)
+    for commit, snap in cache.snapshots(repo):
+        paths = cache.snapshot_files(snap)
+        try:
+            fmt, chosen = _select(s, paths)
+        except (ModelNotFound, LookupError):  # not in this snapshot (the Hub may still have it)
+            continue
+        files = tuple(_local_file(repo, commit, p) for p in chosen)
+        return ResolvedModel(name=s.build.id if s.build else s.text, format="mlx" if fmt == "mlx" else "gguf",
+                             repo_id=repo, commit=commit, files=files, build=_build_of(s, fmt, chosen),
+                             offline=True, spec=s.text)
+    return None
+
+
+def _local_file(repo: str, commit: str, path: str) -> RemoteFile:
+    pointer = cache.pointer_path(repo, commit, path)
+    blob = cache.blob_of(pointer)
+    kind = cache.digest_kind(blob.name) if blob != pointer else None
+    return RemoteFile(path=path, size=pointer.stat().st_size,
+                      sha256=blob.name if kind == "sha256" else None,
+                      blob_id=blob.name if kind == "git-sha1" else None)
+
+
+def _resolve_fallback(s: _Spec) -> ResolvedModel:
+    """Offline and not on disk: what the catalog (or the spec itself) says."""
+    repo = s.build.repo_id if s.build else s.repo_id
+    if s.build is not None:
+        b = s.build
+        files = (RemoteFile(b.filename, b.size_bytes),) if b.filename else ()
+        return ResolvedModel(name=b.id, format=b.format, repo_id=repo, files=files, build=b, offline=True, spec=s.text)
+    files = (RemoteFile(s.path),) if s.path else ()
+    return ResolvedModel(name=s.text, format="gguf", repo_id=repo, files=files, offline=True, spec=s.text)
+
+
+def resolve(spec: str | Build, *, offline: bool = False) -> ResolvedModel:
+    """What `spec` names. Online: the real file names, sizes and SHA-256 from the Hub's listing.
+    Offline (or the Hub unreachable): the cache, then the catalog."""
+    s = _parse(spec)
+    if s.kind == "local":
+        return _resolve_on_disk(s)
+    if not (offline or settings().offline):
+        try:
+            return _resolve_online(s)
+        except HubUnreachable:
+            pass
+    return _resolve_on_disk(s) or _resolve_fallback(s)
+
+
+def local_path(target: str | Build | ResolvedModel) -> Path | None:
+    """The model's path if it is complete on disk; never touches the network."""
+    rm = _resolve_on_disk(_parse(target))
+    return _path_of(rm) if rm else None
+
+
+def _path_of(rm: ResolvedModel) -> Path:
+    if rm.local is not None:
+        return rm.local
+    if rm.format == "mlx":
+        return cache.snapshot_dir(rm.repo_id, rm.commit)
+    return cache.pointer_path(rm.repo_id, rm.commit, rm.primary.path)
+
+
+def disk_margin(nbytes: int) -> int:
+    """Free space to keep beyond a download: 5% of it, at least 64 MiB, at most 2 GB."""
+    return int(max(64 * MiB, min(2 * GB, nbytes * 0.05)))
+
+
+def ensure(
+    target: str | Build | ResolvedModel,
+    *,
+    offline: bool = False,
+    confirm: Confirm | None = None,
+    progress: Progress | None = None,
+    options: DownloadOptions | None = None,
+) -> Path:
+    """The local path of the verified model, downloading (with resume) what is missing.
+
+    Offline (argument, settings, or the Hub unreachable) makes no network call and fails with
+    OfflineError, listing what is on disk, when the model is not there."""
+    offline = offline or settings().offline
+    s = _parse(target)
+    online_rm = target if isinstance(target, ResolvedModel) and target.commit and not target.offline else None
+    on_disk = _resolve_on_disk(s) if online_rm is None else None
+    if on_disk is not None:
+        if on_disk.local is not None:
+            return on_disk.local
+        _verify_present(on_disk, progress)
+        return _path_of(on_disk)
+    if offline:
+        raise _offline_error(s.text, "pocketchat is offline")
+    try:
+        rm = online_rm or _resolve_online(s)
+    except HubUnreachable as exc:
+        raise _offline_error(s.text, exc.message) from None
+    from pocketchat.runtime import fetcher
+
+    return fetcher.fetch_model(rm, confirm=confirm, progress=progress, options=options or DownloadOptions())
+
+
+def _offline_error(name: str, why: str) -> OfflineError:
+    have = [m.name for m in list_models()]
+    listing = ", ".join(have) if have else "nothing yet"
+    return OfflineError(
+        f"{why}, and {name} is not on disk (on disk: {listing})",
+        hint="Connect to the network and run `pocketchat download " + name + "`, or pick a model on disk"
+        " with --model.",
+    )
+
+
+def _verify_present(rm: ResolvedModel, progress: Progress | None) -> None:
+    """Hash, once, files on disk that were never verified (e.g. fetched by `hf download`)."""
+    todo = []
+    for f in rm.files:
+        pointer = cache.pointer_path(rm.repo_id, rm.commit, f.path)
+        blob = cache.blob_of(pointer)
+        expected = (f.sha256 or f.blob_id or "").lower()
+        kind = cache.digest_kind(expected)
+        if kind and not cache.is_verified(rm.repo_id, blob):
+            todo.append((f, blob, expected, kind))
+    total = sum(b.stat().st_size for _f, b, _e, _k in todo)
+    done = 0
+    for f, blob, expected, kind in todo:
+        def tick(n: int, f=f) -> None:
+            nonlocal done
+            done += n
+            if progress:
+                progress(DownloadProgress(rm.name, f.path, "verifying", done, total))
+        got = cache.hash_file(blob, cache.Digest(kind, blob.stat().st_size), on_bytes=tick).hexdigest()
+        if got != expected:
+            raise ChecksumMismatch(
+                f"{f.path} of {rm.repo_id} on disk is corrupt: its {kind} is {got}, expected {expected}",
+                hint=f"Remove it with `pocketchat models rm {rm.name}` and download it again.",
+            )
+        cache.record_verified(rm.repo_id, blob, kind)
+
+
+def check_disk(rm: ResolvedModel, need: int) -> tuple[int, int]:
+    """(free bytes, free after) for a download of `need` bytes; DiskFull when it does not fit."""
+    where = settings().hf_cache_dir
+    free = cache.free_disk_bytes(where)
+    margin = disk_margin(need)
+    if free < need + margin:
+        raise DiskFull(
+            f"not enough free disk for {rm.name}: it needs {need / GB:.2f} GB plus a {margin / GB:.2f} GB "
+            f"margin in {where}, and {free / GB:.2f} GB are free",
+            hint=f"Free at least {(need + margin - free) / GB:.2f} GB, or set HF_HUB_CACHE to a folder "
+            "on a larger disk.",
+        )
+    return free, free - need
+
+
+def remove(name: str) -> list[Path]:
+    """Delete a model from disk (build id, REPO:QUANT, REPO/FILE, repo or listed path); return what went."""
+    models = list_models()
+    low = name.strip().lower()
+    hits = [m for m in models if low in {(m.build_id or "").lower(), m.name.lower(), str(m.path).lower(),
+                                         f"{m.repo_id}/{m.filename}".lower()}]
+    if not hits:
+        try:
+            rm = _resolve_on_disk(_parse(name))
+        except (ModelNotFound, LookupError):
+            rm = None
+        if rm is not None and rm.local is None:
+            p = _path_of(rm)
+            hits = [m for m in models if m.path == p]
+    removed: list[Path] = []
+    for m in hits:
+        removed += inventory.remove_model(m)
+    for info in inventory.partials():
+        b = inventory.build_for(info["repo_id"], info["path"], "gguf")
+        if low in {(b.id.lower() if b else ""), f"{info['repo_id']}/{info['path']}".lower()}:
+            removed += inventory.remove_partial(info)
+    if not removed:
+        have = ", ".join(m.name for m in models) or "nothing"
+        raise ModelNotFound(f"no model {name!r} on disk (on disk: {have})",
+                            hint="See what is on disk with `pocketchat models`.")
+    return removed
+
+
+class ProgressMeter:
+    """Turns byte counts into DownloadProgress with speed (last ~5 s) and ETA."""
+
+    def __init__(self, name: str, total: int, sink: Progress | None, file_count: int) -> None:
+        self.name, self.total, self.sink, self.file_count = name, total, sink, file_count
+        self.base = 0
+        self._samples: deque[tuple[float, int]] = deque()
+
+    def emit(self, filename: str, index: int, file_bytes: int, phase: str, message: str = "") -> None:
+        if self.sink is None:
+            return
+        done = self.base + file_bytes
+        now = time.monotonic()
+        if phase == "downloading":
+            self._samples.append((now, done))
+            while len(self._samples) > 2 and now - self._samples[0][0] > 5.0:
+                self._samples.popleft()
+        speed = 0.0
+        if len(self._samples) >= 2:
+            (t0, b0), (t1, b1) = self._samples[0], self._samples[-1]
+            speed = (b1 - b0) / (t1 - t0) if t1 > t0 else 0.0
+        eta = (self.total - done) / speed if speed > 0 else None
+        self.sink(DownloadProgress(self.name, filename, phase, done, self.total, speed, eta,
+                                   index, self.file_count, message))
