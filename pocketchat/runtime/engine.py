@@ -25,6 +25,7 @@ class ChatOptions:
     max_tokens: int | None = None
     thinking: bool = True
     seed: int | None = None
+    ignore_eos: bool = False  # keep generating past end-of-text (benchmarks: exactly N tokens)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,194 @@
+"""Loading a GGUF into llama-cpp-python with every setting of the plan, quietly and safely.
+
+- `import_llama()`: the lazy import, with a clear error when the backend is missing.
+- `LlamaLog`: llama.cpp's log, captured instead of printed (the TUI owns the terminal); its
+  last lines explain a failed load, and its override lines prove the experts went to the CPU.
+- `model_params_hook`: `Llama()` builds `llama_model_params` itself and has no argument for
+  `tensor_buft_overrides` or a progress callback; the hook fills them in the params it builds.
+- `load_llama(plan, path, ...)`: all of the above, returning the `Llama` and what was applied.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from pocketchat.errors import BackendMissing, EngineError, ModelTooLarge
+from pocketchat.runtime import moe
+from pocketchat.runtime.ggufcheck import GGUFInfo
+from pocketchat.types import LoadPlan
+
+ProgressFn = Callable[[str, float], None]
+
+# KV cache types a plan may name -> ggml type ids (stable in ggml.h).
+KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
+            "iq4_nl": 20, "bf16": 30}  # fmt: skip
+
+_hook_lock = threading.Lock()
+
+
+def import_llama() -> Any:
+    try:
+        import llama_cpp
+        import llama_cpp.llama  # noqa: F401
+    except ImportError as exc:
+        raise BackendMissing(
+            f"llama-cpp-python is not installed or cannot load ({exc})",
+            hint="Install it with: pip install llama-cpp-python",
+        ) from exc
+    return llama_cpp
+
+
+class LlamaLog:
+    """Collects llama.cpp's log lines (the last `keep`); installed once per process."""
+
+    _installed: "LlamaLog | None" = None
+
+    def __init__(self, llama_cpp: Any, keep: int = 400) -> None:
+        self.lines: deque[str] = deque(maxlen=keep)
+        self.recording: list[str] | None = None
+        self._partial = ""
+
+        def on_log(level: int, text: bytes, _user: Any) -> None:
+            self._add(text.decode("utf-8", errors="replace"))
+
+        self._callback = llama_cpp.llama_log_callback(on_log)  # keep the C callback alive
+        llama_cpp.llama_log_set(self._callback, ctypes.c_void_p(0))
+
+    @classmethod
+    def install(cls, llama_cpp: Any) -> "LlamaLog":
+        if cls._installed is None:
+            cls._installed = cls(llama_cpp)
+        return cls._installed
+
+    def _add(self, text: str) -> None:
+        text = self._partial + text
+        *done, self._partial = text.split("\n")
+        for line in done:
+            self.lines.append(line)
+            if self.recording is not None:
+                self.recording.append(line)
+
+    @contextlib.contextmanager
+    def record(self) -> Iterator[list[str]]:
+        """Every line logged inside the block (not just the last `keep`)."""
+        self.recording = out = []
+        try:
+            yield out
+        finally:
+            self.recording = None
+
+    def errors(self, lines: list[str] | None = None) -> list[str]:
+        src = list(self.lines if lines is None else lines)
+        bad = [s.strip() for s in src if any(w in s.lower() for w in ("error", "failed", "unknown"))]
+        return [s for s in bad if s][-3:]
+
+
+@contextlib.contextmanager
+def model_params_hook(setup: Callable[[Any], None]) -> Iterator[None]:
+    """While inside, every `llama_model_params` that `Llama()` creates passes through `setup`."""
+    import llama_cpp.llama as llama_module
+
+    target = llama_module.llama_cpp  # the low-level module `Llama` calls
+    with _hook_lock:
+        original = target.llama_model_default_params
+
+        def patched() -> Any:
+            params = original()
+            setup(params)
+            return params
+
+        target.llama_model_default_params = patched
+        try:
+            yield
+        finally:
+            target.llama_model_default_params = original
+
+
+@dataclass
+class Loaded:
+    llm: Any
+    overrides: moe.BufferOverrides | None
+    overridden: dict[str, str] = field(default_factory=dict)  # tensor -> buffer type
+    log: list[str] = field(default_factory=list)
+
+
+def load_llama(plan: LoadPlan, path: Path, info: GGUFInfo, *,
+               on_progress: ProgressFn | None = None) -> Loaded:
+    """A `Llama` for `path` with the plan's settings; EngineError with llama.cpp's reason."""
+    llama_cpp = import_llama()
+    log = LlamaLog.install(llama_cpp)
+    overrides = None
+    if plan.cpu_moe and info.expert_tensors:
+        overrides = moe.cpu_expert_overrides(llama_cpp)
+    kv = plan.kv_type.lower()
+    if kv not in KV_TYPES:
+        raise EngineError(f"unknown KV cache type {plan.kv_type!r}; use one of {', '.join(KV_TYPES)}")
+
+    def progress(fraction: float, _user: Any) -> bool:
+        if on_progress is not None:
+            on_progress("loading", float(fraction))
+        return True
+
+    progress_cb = llama_cpp.llama_progress_callback(progress)
+
+    # llama.cpp's AMX weight buffers crash in ggml_backend_amx_mul_mat on some Sapphire Rapids
+    # class machines (ggml-org/llama.cpp#20824, unfixed); this machine is one. Where AMX is
+    # offered, load without the extra weight buffer types: slower prompts, no segfault.
+    extra_bufts = "AMX" not in moe.cpu_extra_buffer_types(llama_cpp)
+
+    def setup(params: Any) -> None:
+        params.use_extra_bufts = extra_bufts and params.use_extra_bufts
+        if overrides is not None:
+            params.tensor_buft_overrides = overrides.address
+        params.progress_callback = progress_cb
+
+    n_ctx = plan.n_ctx
+    if info.context_length:
+        n_ctx = min(n_ctx, info.context_length)
+    n_batch = max(1, min(plan.n_batch, n_ctx))
+    with log.record() as lines, model_params_hook(setup):
+        try:
+            llm = llama_cpp.Llama(
+                model_path=str(path),
+                n_gpu_layers=plan.n_gpu_layers,
+                use_mmap=plan.use_mmap,
+                n_ctx=n_ctx,
+                n_batch=n_batch,
+                n_ubatch=n_batch,
+                n_threads=max(1, plan.n_threads),
+                n_threads_batch=max(1, plan.n_threads_batch or plan.n_threads),
+                flash_attn=plan.flash_attn,
+                type_k=KV_TYPES[kv],
+                type_v=KV_TYPES[kv],
+                verbose=False,
+            )
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise _load_error(path, exc, log.errors(lines)) from exc
+    if overrides is not None:
+        llm._pocketchat_overrides = overrides  # the C array must outlive the model
+    return Loaded(llm, overrides, moe.overridden_tensors(lines), list(lines))
+
+
+def _load_error(path: Path, exc: Exception, reasons: list[str]) -> Exception:
+    why = "; ".join(reasons) or str(exc)
+    low = why.lower()
+    if "unknown model architecture" in low:
+        return EngineError(
+            f"this llama.cpp cannot run {path.name}: {why}",
+            hint="Update llama-cpp-python to a version that knows this architecture.",
+        )
+    if "failed to allocate" in low or "out of memory" in low or "unable to allocate" in low:
+        return ModelTooLarge(
+            f"not enough memory to load {path.name}: {why}",
+            hint="Pick a smaller build, a smaller --ctx, or close other programs.",
+        )
+    return EngineError(
+        f"llama.cpp could not load {path.name}: {why}",
+        hint="Run with POCKETCHAT_DEBUG=1 for llama.cpp's log; try another build if it persists.",
+    )
