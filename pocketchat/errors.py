@@ -130,17 +130,3 @@ class ContextOverflow(EngineError, ValueError):
         )
         self.prompt_tokens = prompt_tokens
         self.limit = limit
-
-
-class ContextOverflow(EngineError, ValueError):
-    """A message that alone does not fit the context window, even with older turns dropped."""
-
-    hint = "Shorten the message, or restart with a larger context (--ctx)."
-
-    def __init__(self, prompt_tokens: int, limit: int, *, hint: str | None = None) -> None:
-        super().__init__(
-            f"the message needs {prompt_tokens} tokens but the context has room for {limit}",
-            hint=hint,
-        )
-        self.prompt_tokens = prompt_tokens
-        self.limit = limit
