@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 import threading
 
+from textual import events
+
 from scripted_engine import Factory, Reply, ScriptedEngine
 from uitools import answered, ready, run, screen_text, send, status_text, wait_for
 
@@ -176,6 +178,11 @@ def test_multiline_input_enter_sends_ctrl_j_breaks_the_line_up_recalls():
             assert app.query_one(PromptInput).text == "line\ntwo"
             await pilot.press("down")
             assert app.query_one(PromptInput).text == ""
+            # a burst of keys (as a terminal delivers fast typing) keeps its order
+            for key, char in [("a", "a"), ("ctrl+j", "\n"), ("b", "b")]:
+                app.post_message(events.Key(key, char))
+            await pilot.pause(0.1)
+            assert app.query_one(PromptInput).text == "a\nb"
 
     run(scenario())
 

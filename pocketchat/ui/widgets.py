@@ -172,7 +172,8 @@ class PromptInput(TextArea):
         self._draft = ""
 
     def action_newline(self) -> None:
-        self.insert("\n")
+        start, end = self.selection
+        self.replace("\n", start, end, maintain_selection_offset=False)
 
     def remember(self, text: str) -> None:
         if text and (not self.sent or self.sent[-1] != text):
@@ -180,6 +181,13 @@ class PromptInput(TextArea):
         self._recall = None
 
     async def _on_key(self, event: events.Key) -> None:
+        # Handled here, in order with the typed characters (a binding's action would run
+        # later, after the rest of a fast burst of keys such as a terminal's paste).
+        if event.key in ("ctrl+j", "shift+enter"):
+            event.stop()
+            event.prevent_default()
+            self.action_newline()
+            return
         if event.key == "enter":
             event.stop()
             event.prevent_default()
