@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Callable, Iterable
 
 from textual import work
@@ -273,7 +274,7 @@ class ChatApp(App[int]):
         await self.chat_log.mount_all([UserMessage(text), view])
         self.chat_log.anchor()
         self._answer = view
-        options = ChatOptions(**{**self.base_options.__dict__, "thinking": self.thinking})
+        options = dataclasses.replace(self.base_options, thinking=self.thinking)
         self.stream = AnswerStream(self.engine, conversation, message, history, options,
                                    save_interval=self.save_interval)
         self._status(figures_from_stats(None, "Waiting for the first token", self._memory,

@@ -1,0 +1,148 @@
+"""Does the chat slow the model? Decode tok/s shown by the app vs the same engine headless.
+
+Runs the starter model (SmolLM2-135M, llama.cpp in its worker process) with the same prompt,
+settings and number of tokens (ignore_eos: exactly --tokens each time) twice:
+  headless  engine.chat() iterated in a plain loop, nothing else running (what `pocketchat
+            bench` measures; its own figure is printed too when that command exists)
+  app       the Textual app driven headless through run_test(): prompt typed, answer
+            streamed into Markdown at the app's bounded rate; the tok/s read off the status bar
+and prints both medians and their ratio (goal: app / headless >= 0.95).
+
+    PYTHONPATH=. python benchmarks/bench_ui.py [--runs 5] [--tokens 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
+
+PROMPT = "Write a short story about a lighthouse keeper and a storm."
+TOK_S = re.compile(r"(\d+(?:\.\d+)?) tok/s")
+
+
+def choose(ctx: int):
+    from pocketchat.commands.common import choose_model
+
+    args = argparse.Namespace(model="starter", ctx=ctx, hardware=None, lang="en",
+                              backend=None, offline=True, yes=True)
+    return choose_model(args)
+
+
+def options(tokens: int):
+    from pocketchat.runtime.engine import ChatOptions
+
+    return ChatOptions(max_tokens=tokens, temperature=0.0, seed=1, thinking=False,
+                       ignore_eos=True)
+
+
+def headless(choice, runs: int, tokens: int) -> list[float]:
+    from pocketchat.runtime import open_engine
+    from pocketchat.runtime.engine import Message
+
+    engine = open_engine(choice.plan, choice.path, name=choice.name)
+    figures = []
+    try:
+        for i in range(runs + 1):  # the first run warms the caches and is not counted
+            last = None
+            for chunk in engine.chat([Message("user", PROMPT)], options(tokens)):
+                last = chunk
+            if i and last is not None:
+                figures.append(last.stats.decode_tok_s)
+    finally:
+        engine.close()
+    return figures
+
+
+def app_figures(choice, runs: int, tokens: int) -> tuple[list[float], list[float]]:
+    from uitools import answered, ready, send, status_text
+
+    from pocketchat.runtime import open_engine
+    from pocketchat.ui.app import create_app
+
+    shown: list[float] = []
+    engine_said: list[float] = []
+
+    async def scenario() -> None:
+        app = create_app(lambda: open_engine(choice.plan, choice.path, name=choice.name),
+                         thinking=False, options=options(tokens))
+        async with app.run_test(size=(110, 34)) as pilot:
+            await ready(pilot, timeout=120)
+            for i in range(runs + 1):
+                await pilot.press("ctrl+n")
+                await send(pilot, PROMPT)
+                await answered(pilot, timeout=300)
+                if i == 0:
+                    continue
+                match = TOK_S.search(status_text(app))
+                shown.append(float(match.group(1)) if match else 0.0)
+                engine_said.append(app.conversation.messages[-1].stats["decode_tok_s"])
+
+    asyncio.run(scenario())
+    return shown, engine_said
+
+
+def pocketchat_bench(tokens: int) -> float | None:
+    """`pocketchat bench --model starter --json`'s decode figure, when that command exists."""
+    if not (REPO / "pocketchat" / "commands" / "bench.py").exists():
+        return None
+    cmd = [sys.executable, "-m", "pocketchat", "bench", "--model", "starter", "--json"]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    except (subprocess.TimeoutExpired, OSError):
+        return None
+    if done.returncode != 0:
+        print(f"(pocketchat bench failed: {done.stderr.strip()[-300:]})")
+        return None
+    try:
+        found = re.findall(r'"decode_tok_s"\s*:\s*([\d.]+)', done.stdout)
+        return float(found[0]) if found else float(json.loads(done.stdout)["decode_tok_s"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--tokens", type=int, default=256)
+    p.add_argument("--ctx", type=int, default=2048)
+    p.add_argument("--skip-bench-command", action="store_true")
+    a = p.parse_args()
+    os.environ.setdefault("POCKETCHAT_DATA_DIR", tempfile.mkdtemp(prefix="pocketchat-bench-"))
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    choice = choose(a.ctx)
+    print(f"model {choice.name}; {choice.plan.describe()}; ctx {a.ctx}; "
+          f"{a.tokens} tokens x {a.runs} runs (+1 warm-up each)")
+    t0 = time.monotonic()
+    base = headless(choice, a.runs, a.tokens)
+    shown, engine_said = app_figures(choice, a.runs, a.tokens)
+    bench = None if a.skip_bench_command else pocketchat_bench(a.tokens)
+    h, s = statistics.median(base), statistics.median(shown)
+    print(f"headless engine loop : {h:7.1f} tok/s  (runs: {', '.join(f'{x:.1f}' for x in base)})")
+    if bench is not None:
+        print(f"pocketchat bench     : {bench:7.1f} tok/s")
+    print(f"shown in the app     : {s:7.1f} tok/s  (runs: {', '.join(f'{x:.1f}' for x in shown)})")
+    print(f"engine's own figure  : {statistics.median(engine_said):7.1f} tok/s  (the same answers, as saved)")
+    print(f"ratio app / headless : {s / h:7.3f}  (goal >= 0.95)")
+    if bench:
+        print(f"ratio app / bench    : {s / bench:7.3f}")
+    print(f"({time.monotonic() - t0:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
