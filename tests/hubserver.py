@@ -102,7 +102,7 @@ class Faults:
     corrupt: bool = False  # serve flipped bytes (right length, wrong content)
     rate_bps: int | None = None  # throttle every GET body
     status: dict[str, tuple[int, str | None]] = field(default_factory=dict)  # repo -> (code, X-Error-Code)
-    fail_503: int = 0  # the next N requests answer 503
+    fail_503: int = 0  # the next N file GETs answer 503
     ignore_range: bool = False  # answer 200 with the whole file to a Range request
 
 
@@ -117,6 +117,7 @@ class HubServer:
         self._served = 0
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
+        self._conns: set[socket.socket] = set()
         self._thread: threading.Thread | None = None
 
     # -- content ----------------------------------------------------------------------------
@@ -166,10 +167,18 @@ class HubServer:
         return self
 
     def stop(self) -> None:
+        """Stop listening and cut every open (keep-alive) connection, like a server going away."""
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
             self._httpd = None
+        with self._lock:
+            conns, self._conns = list(self._conns), set()
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def __enter__(self) -> HubServer:
         return self.start()
@@ -191,6 +200,19 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, *args) -> None:  # quiet
         pass
+
+    def setup(self) -> None:
+        super().setup()
+        with self.hub._lock:
+            self.hub._conns.add(self.connection)
+
+    def finish(self) -> None:
+        with self.hub._lock:
+            self.hub._conns.discard(self.connection)
+        try:
+            super().finish()
+        except OSError:
+            pass
 
     # -- helpers ------------------------------------------------------------------------------
     def _send(self, code: int, headers: dict[str, str] | None = None, body: bytes = b"") -> None:
@@ -226,11 +248,6 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _preflight(self) -> bool:
         self.hub.requests.append((self.command, self.path, dict(self.headers)))
-        f = self.hub.faults
-        if f.fail_503 > 0:
-            f.fail_503 -= 1
-            self._error(503, None, "Service unavailable")
-            return False
         return True
 
     # -- verbs --------------------------------------------------------------------------------
@@ -300,6 +317,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _file(self, repo: Repo, hf: HubFile, meta: dict[str, str]) -> None:
         f = self.hub.faults
+        if self.command == "GET" and f.fail_503 > 0:
+            f.fail_503 -= 1
+            return self._error(503, None, "Service unavailable")
         start, end, code = 0, hf.size, 200
         rng = self.headers.get("Range")
         if rng and not f.ignore_range:

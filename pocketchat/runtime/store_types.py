@@ -74,6 +74,16 @@ class DownloadPlan:
     def resumed_bytes(self) -> int:
         return self.total_bytes - self.transfer_bytes
 
+    def question(self) -> str:
+        """The question to ask before downloading: what, how big, where, free disk after."""
+        what = f"{self.name} ({_gb(self.total_bytes)})"
+        if self.resumed_bytes > 0:
+            what += f", {_gb(self.transfer_bytes)} left to fetch"
+        return f"Download {what} to {self.destination}? free disk after: {_gb(self.free_after_bytes)}"
+
+    def __str__(self) -> str:
+        return self.question()
+
 
 @dataclass(frozen=True)
 class DownloadProgress:
@@ -93,6 +103,14 @@ class DownloadProgress:
     @property
     def fraction(self) -> float:
         return self.bytes_done / self.bytes_total if self.bytes_total else 0.0
+
+    @property
+    def done(self) -> int:
+        return self.bytes_done
+
+    @property
+    def total(self) -> int:
+        return self.bytes_total
 
 
 @dataclass(frozen=True)
@@ -114,3 +132,7 @@ class CachedModel:
         if self.build_id:
             return self.build_id
         return f"{self.repo_id}/{self.filename}" if self.filename else self.repo_id
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1000**3:.1f} GB" if n >= 100 * 1000**2 else f"{n / 1000**2:.1f} MB"

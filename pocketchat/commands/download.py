@@ -1,0 +1,145 @@
+"""`pocketchat download [MODEL]`: fetch a build (default: the recommended one), resumable, verified."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import TextIO
+
+from pocketchat.errors import NothingFits, UsageError
+from pocketchat.runtime.store_types import DownloadPlan, DownloadProgress
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.description = ("Download a model into the Hugging Face cache (resumes a kept partial file, "
+                     "checks its SHA-256), then print its path.")
+    p.add_argument("spec", nargs="?", metavar="MODEL",
+                   help="a build id, REPO:QUANT, REPO/FILE.gguf or a repo (default: the build "
+                        "recommended for this machine)")
+    p.add_argument("--yes", "-y", action="store_true", help="do not ask before downloading")
+    p.add_argument("--offline", action="store_true", help="never touch the network (only check the disk)")
+    p.add_argument("--hardware", metavar="FILE", help="recommend for a replayed hardware profile (JSON)")
+    p.add_argument("--lang", default="en", help="language you will chat in: en or ko (default en)")
+    p.add_argument("--ctx", type=int, metavar="N", help="context size used to judge what fits")
+    p.add_argument("--backend", choices=["llama.cpp", "mlx"], help="recommend for this backend")
+
+
+def human_bytes(n: float) -> str:
+    for unit, size in (("GB", 1000**3), ("MB", 1000**2), ("kB", 1000)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}" if unit == "GB" else f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def human_duration(s: float) -> str:
+    s = int(s)
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    if s >= 60:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s}s"
+
+
+class TerminalProgress:
+    """Progress on stderr: one line rewritten in place on a terminal, a line per 10% elsewhere."""
+
+    def __init__(self, stream: TextIO | None = None, *, interval_s: float = 0.2) -> None:
+        self.stream = stream or sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.interval_s = interval_s
+        self._last = 0.0
+        self._decile = -1
+        self._width = 0
+        self._open = False
+
+    def __call__(self, p: DownloadProgress) -> None:
+        if p.message and p.phase in ("retrying", "waiting"):
+            self._line(f"{p.filename}: {p.message}")
+            return
+        if p.phase == "verifying" and p.bytes_done == 0 and p.message:
+            self._line(p.message)
+            return
+        now = time.monotonic()
+        if self.tty:
+            if now - self._last < self.interval_s and p.phase != "done":
+                return
+            self._last = now
+            text = self.format(p)
+            self.stream.write("\r" + text.ljust(self._width))
+            self._width = len(text)
+            self._open = True
+            self.stream.flush()
+        else:
+            decile = int(p.fraction * 10)
+            if decile != self._decile:
+                self._decile = decile
+                self.stream.write(self.format(p) + "\n")
+                self.stream.flush()
+
+    @staticmethod
+    def format(p: DownloadProgress) -> str:
+        verb = "verifying" if p.phase == "verifying" else "downloading"
+        parts = [f"{verb} {p.name}"]
+        if p.file_count > 1:
+            parts.append(f"[{p.file_index}/{p.file_count}]")
+        parts.append(f"{human_bytes(p.bytes_done)} / {human_bytes(p.bytes_total)}")
+        parts.append(f"{100 * p.fraction:5.1f}%")
+        if p.speed_bps > 0:
+            parts.append(f"{p.speed_bps / 1e6:.1f} MB/s")
+        if p.eta_s is not None and p.phase == "downloading":
+            parts.append(f"ETA {human_duration(p.eta_s)}")
+        return "  ".join(parts)
+
+    def _line(self, text: str) -> None:
+        self.finish()
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def finish(self) -> None:
+        if self._open:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._open = False
+            self._width = 0
+
+
+def make_confirm(yes: bool, stdin: TextIO | None = None, stream: TextIO | None = None):
+    """`confirm(plan)`: True with --yes; else ask on the terminal; no terminal: UsageError."""
+
+    def confirm(plan: DownloadPlan) -> bool:
+        if yes:
+            return True
+        inp, out = stdin or sys.stdin, stream or sys.stderr
+        if not (getattr(inp, "isatty", lambda: False)()):
+            raise UsageError(f"not downloading {plan.name} ({human_bytes(plan.total_bytes)}) without asking, "
+                             "and there is no terminal to ask on",
+                             hint="Pass --yes to download without asking.")
+        out.write(plan.question() + " [y/N] ")
+        out.flush()
+        return inp.readline().strip().lower() in ("y", "yes")
+
+    return confirm
+
+
+def run(args: argparse.Namespace) -> int:
+    from pocketchat.runtime import store
+
+    spec = args.spec
+    if not spec:
+        from pocketchat.commands.recommend import recommend
+        from pocketchat.select.report import nothing_fits_summary
+
+        rec = recommend(args)
+        if rec.recommended is None:
+            raise NothingFits(nothing_fits_summary(rec),
+                              hint="Name a smaller model: pocketchat download MODEL")
+        spec = rec.recommended.build
+        print(f"recommended for this machine: {spec.id} ({rec.recommended.reason})", file=sys.stderr)
+    progress = TerminalProgress()
+    try:
+        path = store.ensure(spec, offline=args.offline, confirm=make_confirm(args.yes), progress=progress)
+    finally:
+        progress.finish()
+    print(path)
+    return 0
