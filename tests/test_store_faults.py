@@ -1,0 +1,202 @@
+"""Downloads that go wrong: dropped connections, stalls, wrong bytes, Ctrl-C, a full disk, a killed
+process, two processes at once. Each against the real local Hub server."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hubserver import hub  # noqa: F401  (fixture)
+from test_store import blob
+
+from pocketchat.errors import ChecksumMismatch, DiskFull, DownloadError, DownloadInterrupted
+from pocketchat.runtime import cache, download, inventory, store
+from pocketchat.runtime.download import DownloadOptions
+
+REPO = "tester/Faulty-GGUF"
+NAME = "Faulty-Q4_K_M.gguf"
+SIZE = 3_000_000
+FAST = DownloadOptions(stall_timeout_s=0.5, backoff_s=0.05, max_retries=4)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def data(hub):  # noqa: F811
+    content = blob(SIZE, 7)
+    hub.add_repo(REPO, {NAME: content})
+    return content
+
+
+def _partials() -> list[Path]:
+    return list((cache.repo_dir(REPO) / "blobs").glob("*.incomplete"))
+
+
+def _snapshot_files() -> list[Path]:
+    root = cache.repo_dir(REPO) / "snapshots"
+    return [p for p in root.rglob("*") if p.is_file() or p.is_symlink()] if root.exists() else []
+
+
+def test_dropped_connection_resumes_within_one_call(hub, data):
+    hub.faults.drop_after, hub.faults.drop_count = 700_000, 3
+    events = []
+    path = store.ensure(f"{REPO}:Q4_K_M", options=FAST, progress=events.append)
+    assert path.read_bytes() == data
+    ranges = [h.get("Range") for m, p, h in hub.requests if m == "GET" and "/resolve/" in p]
+    assert ranges[0] is None and ranges[1] == "bytes=700000-" and ranges[2] == "bytes=1400000-"
+    assert hub.bytes_served == SIZE  # nothing fetched twice
+    assert sum(e.phase == "retrying" for e in events) == 3
+    downloading = [e for e in events if e.phase == "downloading"]
+    assert downloading[-1].bytes_done == SIZE and downloading[-1].bytes_total == SIZE
+
+
+def test_stall_is_detected_and_the_download_recovers(hub, data):
+    hub.faults.stall_after, hub.faults.stall_s = 1_000_000, 5.0
+    events = []
+    t0 = time.monotonic()
+    path = store.ensure(f"{REPO}:Q4_K_M", options=FAST, progress=events.append)
+    elapsed = time.monotonic() - t0
+    assert path.read_bytes() == data
+    assert elapsed < 4.0  # it did not sit out the server's 5 s silence
+    assert any("stalled: no data for 0.5 s" in e.message for e in events)
+    assert hub.bytes_served < 1.3 * SIZE
+
+
+def test_transient_503_is_retried(hub, data):
+    hub.faults.fail_503 = 2
+    assert store.ensure(f"{REPO}:Q4_K_M", options=FAST).read_bytes() == data
+
+
+def test_retries_give_up_with_the_partial_kept(hub, data):
+    hub.faults.drop_after, hub.faults.drop_count = 0, -1
+    with pytest.raises(DownloadError, match="failed after 4 retries") as e:
+        store.ensure(f"{REPO}:Q4_K_M", options=FAST)
+    assert "resumes" in e.value.hint
+
+
+def test_server_ignoring_range_restarts_cleanly(hub, data):
+    hub.faults.drop_after, hub.faults.ignore_range = 1_000_000, True
+    assert store.ensure(f"{REPO}:Q4_K_M", options=FAST).read_bytes() == data
+
+
+def test_wrong_bytes_are_rejected_and_never_put_in_place(hub, data):
+    hub.faults.corrupt = True
+    with pytest.raises(ChecksumMismatch, match="arrived corrupt") as e:
+        store.ensure(f"{REPO}:Q4_K_M", options=FAST)
+    assert "not used" in e.value.message
+    assert _snapshot_files() == [] and _partials() == []
+    assert not list((cache.repo_dir(REPO) / "blobs").glob("[0-9a-f]*[0-9a-f]"))
+    assert store.list_models() == []
+    hub.faults.corrupt = False
+    assert store.ensure(f"{REPO}:Q4_K_M").read_bytes() == data
+
+
+def test_ctrl_c_keeps_the_partial_and_the_next_run_resumes(hub, data):
+    def interrupt(p):
+        if p.phase == "downloading" and p.bytes_done > 1_000_000:
+            raise KeyboardInterrupt
+
+    hub.faults.rate_bps = 20_000_000
+    with pytest.raises(DownloadInterrupted, match="next run resumes") as e:
+        store.ensure(f"{REPO}:Q4_K_M", options=FAST, progress=interrupt)
+    assert "partial file is kept" in e.value.message
+    [partial] = _partials()
+    kept = partial.stat().st_size
+    assert 1_000_000 < kept < SIZE
+    [info] = inventory.partials()
+    assert info["path"] == NAME and info["bytes_done"] == kept
+    hub.faults.rate_bps = None
+    path = store.ensure(f"{REPO}:Q4_K_M", options=FAST)
+    assert path.read_bytes() == data and hub.bytes_served < 1.3 * SIZE
+    assert _partials() == [] and inventory.partials() == []
+
+
+def test_disk_full_mid_transfer_keeps_the_partial(hub, data, monkeypatch):
+    real_open = download._open_partial
+
+    class FillingFile:
+        def __init__(self, f, room):
+            self.f, self.room = f, room
+
+        def write(self, b):
+            if self.f.tell() + len(b) > self.room:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return self.f.write(b)
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+    monkeypatch.setattr(download, "_open_partial", lambda p: FillingFile(real_open(p), 1_200_000))
+    with pytest.raises(DiskFull, match="partial file is kept") as e:
+        store.ensure(f"{REPO}:Q4_K_M", options=FAST)
+    assert "resumes" in e.value.hint
+    [partial] = _partials()
+    assert 0 < partial.stat().st_size <= 1_200_000
+    kept = partial.stat().st_size
+    monkeypatch.setattr(download, "_open_partial", real_open)
+    hub.reset_counters()
+    assert store.ensure(f"{REPO}:Q4_K_M", options=FAST).read_bytes() == data
+    assert hub.bytes_served == SIZE - kept  # resumed exactly where the disk filled up
+
+
+def _cli(*args: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "pocketchat", "download", *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(cond, timeout: float = 20.0) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError("timed out")
+        time.sleep(0.02)
+
+
+def test_killed_process_resumes_on_the_next_run(hub, data):
+    hub.faults.rate_bps = 2_000_000  # slow enough to kill it mid-transfer
+    proc = _cli(f"{REPO}:Q4_K_M", "--yes")
+    _wait_for(lambda: any(p.stat().st_size > 1_000_000 for p in _partials()))
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    [partial] = _partials()
+    assert partial.stat().st_size < SIZE and _snapshot_files() == []
+    hub.faults.rate_bps = None
+    path = store.ensure(f"{REPO}:Q4_K_M")
+    assert path.read_bytes() == data
+    assert hub.bytes_served < 1.3 * SIZE, hub.bytes_served
+
+
+def test_ctrl_c_in_the_cli_says_the_next_run_resumes(hub, data):
+    hub.faults.rate_bps = 2_000_000
+    proc = _cli(f"{REPO}:Q4_K_M", "--yes")
+    _wait_for(lambda: any(p.stat().st_size > 500_000 for p in _partials()))
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 1
+    assert "the next run resumes" in err and "Traceback" not in err
+    assert _partials() and _partials()[0].stat().st_size > 500_000
+
+
+def test_two_processes_fetching_the_same_file_make_one_good_file(hub, data):
+    hub.faults.rate_bps = 2_000_000  # 1.5 s: both start while the first is still at it
+    procs = [_cli(f"{REPO}:Q4_K_M", "--yes") for _ in range(2)]
+    outs = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert any("another process is downloading this file" in e for _o, e in outs), outs
+    paths = {Path(o.strip().splitlines()[-1]) for o, _e in outs}
+    [path] = paths
+    assert path.read_bytes() == data
+    assert hub.bytes_served < 1.3 * SIZE  # the second waited for the first, then reused its file
+    assert _partials() == []
