@@ -1,0 +1,154 @@
+"""`pocketchat bench`: prompt processing (pp512) and generation (tg128) speed, like llama-bench.
+
+Headless, through the same worker engine the chat uses, so the figures are what the chat
+gets. pp: a fresh prompt of about N tokens (a random word list, so no cache reuse), tok/s =
+prompt tokens / prompt time from llama.cpp's counters. tg: N tokens generated past
+end-of-text, tok/s = generated tokens / decode time. Each test runs `-r` times after one
+warm-up; the table shows mean and standard deviation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+from dataclasses import dataclass, replace
+
+WORDS = (
+    "river stone light paper window garden music table story mountain cloud letter bridge "
+    "market summer winter forest silver engine circle market yellow thunder harbor candle "
+    "orchard meadow lantern compass voyage falcon marble velvet copper ribbon glacier"
+).split()
+
+
+@dataclass
+class Result:
+    test: str
+    tokens: int
+    tok_s: list[float]
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.tok_s) if self.tok_s else 0.0
+
+    @property
+    def stdev(self) -> float:
+        return statistics.stdev(self.tok_s) if len(self.tok_s) > 1 else 0.0
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    from pocketchat.cli import add_selection_args
+
+    add_selection_args(p)
+    p.description = "Measure prompt (pp) and generation (tg) speed of a model, like llama-bench."
+    p.add_argument("-p", "--n-prompt", type=int, default=512, metavar="N", help="prompt tokens (default 512)")
+    p.add_argument("-n", "--n-gen", type=int, default=128, metavar="N", help="generated tokens (default 128)")
+    p.add_argument("-r", "--repetitions", type=int, default=3, metavar="N", help="runs per test (default 3)")
+    p.add_argument("-t", "--threads", type=int, metavar="N", help="override the plan's thread count")
+    p.add_argument("--in-process", action="store_true", help="run the engine in this process, not a worker")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _words(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(max(1, n)))
+
+
+def bench_pp(engine, n_prompt: int, reps: int, rng: random.Random) -> Result:
+    """Prompt speed on fresh prompts of about n_prompt tokens (calibrated on the first run)."""
+    from pocketchat.runtime.engine import ChatOptions, Message
+
+    words = max(1, int(n_prompt / 1.3))
+    speeds: list[float] = []
+    tokens = 0
+    for i in range(reps + 2):  # two calibration runs, then the measured ones
+        text = f"{rng.randrange(10**9)} " + _words(rng, words)
+        final = _last(engine.chat([Message("user", text)], ChatOptions(max_tokens=1)))
+        s = final.stats
+        if s.prompt_tokens and i < 2:
+            words = max(1, round(words * n_prompt / s.prompt_tokens))
+            continue
+        if s.prompt_seconds > 0:
+            speeds.append(s.prompt_tok_s)
+            tokens = s.prompt_tokens
+    return Result(f"pp{n_prompt}", tokens, speeds)
+
+
+def bench_tg(engine, n_gen: int, reps: int, rng: random.Random) -> Result:
+    from pocketchat.runtime.engine import ChatOptions, Message
+
+    speeds: list[float] = []
+    tokens = 0
+    for _ in range(reps):
+        msg = Message("user", f"{rng.randrange(10**9)} Write a long story about a lighthouse.")
+        final = _last(engine.chat([msg], ChatOptions(max_tokens=n_gen, ignore_eos=True, seed=1)))
+        if final.stats.decode_seconds > 0:
+            speeds.append(final.stats.decode_tok_s)
+            tokens = final.stats.generated_tokens
+    return Result(f"tg{n_gen}", tokens, speeds)
+
+
+def _last(chunks):
+    from pocketchat.errors import EngineError
+
+    final = None
+    for final in chunks:
+        pass
+    if final is None or final.finish_reason == "error":
+        raise EngineError(f"the benchmark answer failed: {final.error if final else 'no output'}")
+    return final
+
+
+def run(args: argparse.Namespace) -> int:
+    from pocketchat.commands.common import choose_model
+    from pocketchat.errors import UsageError
+    from pocketchat.runtime import open_engine
+    from pocketchat.runtime.engine import ChatOptions, Message
+
+    if args.n_prompt < 1 or args.n_gen < 1 or args.repetitions < 1:
+        raise UsageError("--n-prompt, --n-gen and --repetitions must be at least 1")
+    choice = choose_model(args)
+    plan = choice.plan
+    if args.threads:
+        plan = replace(plan, n_threads=args.threads, n_threads_batch=args.threads)
+    need = args.n_prompt + args.n_gen + 256
+    if plan.n_ctx < need:
+        plan = replace(plan, n_ctx=need)
+    if not args.json:
+        print(f"loading {choice.name} ...", file=sys.stderr)
+    engine = open_engine(plan, choice.path, name=choice.name, in_process=args.in_process)
+    try:
+        rng = random.Random(1234)
+        _last(engine.chat([Message("user", "Hi")], ChatOptions(max_tokens=4)))  # warm-up
+        results = [bench_pp(engine, args.n_prompt, args.repetitions, rng),
+                   bench_tg(engine, args.n_gen, args.repetitions, rng)]
+    finally:
+        engine.close()
+    size = choice.path.stat().st_size if choice.path.is_file() else None
+    if args.json:
+        print(json.dumps({
+            "model": choice.name, "path": str(choice.path), "size_bytes": size,
+            "backend": engine.info.backend, "placement": plan.placement,
+            "n_threads": plan.n_threads, "n_threads_batch": plan.n_threads_batch,
+            "n_gpu_layers": plan.n_gpu_layers, "n_ctx": plan.n_ctx, "cpu_moe": plan.cpu_moe,
+            "flash_attn": plan.flash_attn, "kv_type": plan.kv_type,
+            "worker": not args.in_process,
+            "results": [{"test": r.test, "tokens": r.tokens, "tok_s": round(r.mean, 2),
+                         "stdev": round(r.stdev, 2), "runs": [round(x, 2) for x in r.tok_s]}
+                        for r in results],
+        }, indent=2))
+        return 0
+    print(_table(choice.name, size, engine.info.backend, plan, results))
+    return 0
+
+
+def _table(name: str, size: int | None, backend: str, plan, results: list[Result]) -> str:
+    size_s = f"{size / 1024**3:.2f} GiB" if size else "-"
+    head = ["model", "size", "backend", "placement", "threads", "test", "t/s"]
+    rows = [[name, size_s, backend, plan.placement, str(plan.n_threads), r.test,
+             f"{r.mean:.2f} ± {r.stdev:.2f}"] for r in results]
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
+    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(head), sep, *(line(r) for r in rows)])
