@@ -8,7 +8,7 @@ import time
 from typing import TextIO
 
 from pocketchat.errors import NothingFits, UsageError
-from pocketchat.runtime.store_types import DownloadPlan, DownloadProgress
+from pocketchat.runtime.store_types import DownloadPlan, DownloadProgress, human_bytes
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -23,13 +23,6 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lang", default="en", help="language you will chat in: en or ko (default en)")
     p.add_argument("--ctx", type=int, metavar="N", help="context size used to judge what fits")
     p.add_argument("--backend", choices=["llama.cpp", "mlx"], help="recommend for this backend")
-
-
-def human_bytes(n: float) -> str:
-    for unit, size in (("GB", 1000**3), ("MB", 1000**2), ("kB", 1000)):
-        if n >= size:
-            return f"{n / size:.2f} {unit}" if unit == "GB" else f"{n / size:.1f} {unit}"
-    return f"{int(n)} B"
 
 
 def human_duration(s: float) -> str:

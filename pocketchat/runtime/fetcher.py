@@ -7,8 +7,7 @@ from pathlib import Path
 from pocketchat.errors import DownloadDeclined
 from pocketchat.runtime import cache, download, inventory
 from pocketchat.runtime.download import DownloadOptions
-from pocketchat.runtime.store_types import DownloadPlan, ResolvedModel
-from pocketchat.types import GB
+from pocketchat.runtime.store_types import DownloadPlan, ResolvedModel, human_bytes
 
 
 def _partial_bytes(repo_id: str, etag: str | None, size: int | None) -> int:
@@ -37,7 +36,7 @@ def fetch_model(rm: ResolvedModel, *, confirm, progress, options: DownloadOption
                             transfer_bytes=need, destination=cache.repo_dir(repo), free_bytes=free,
                             free_after_bytes=free_after)
         if confirm is not None and not confirm(plan):
-            raise DownloadDeclined(f"nothing was downloaded: {rm.name} ({fetch_total / GB:.1f} GB) was not "
+            raise DownloadDeclined(f"nothing was downloaded: {rm.name} ({human_bytes(fetch_total)}) was not "
                                    "confirmed", hint="Pass --yes to download without asking.")
     meter = store.ProgressMeter(rm.name, total, progress, len(rm.files))
     present = [f for f in rm.files if f not in missing]

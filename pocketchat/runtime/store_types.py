@@ -76,10 +76,10 @@ class DownloadPlan:
 
     def question(self) -> str:
         """The question to ask before downloading: what, how big, where, free disk after."""
-        what = f"{self.name} ({_gb(self.total_bytes)})"
+        what = f"{self.name} ({human_bytes(self.total_bytes)})"
         if self.resumed_bytes > 0:
-            what += f", {_gb(self.transfer_bytes)} left to fetch"
-        return f"Download {what} to {self.destination}? free disk after: {_gb(self.free_after_bytes)}"
+            what += f", {human_bytes(self.transfer_bytes)} left to fetch"
+        return f"Download {what} to {self.destination}? free disk after: {human_bytes(self.free_after_bytes)}"
 
     def __str__(self) -> str:
         return self.question()
@@ -134,5 +134,10 @@ class CachedModel:
         return f"{self.repo_id}/{self.filename}" if self.filename else self.repo_id
 
 
-def _gb(n: int) -> str:
-    return f"{n / 1000**3:.1f} GB" if n >= 100 * 1000**2 else f"{n / 1000**2:.1f} MB"
+
+def human_bytes(n: float) -> str:
+    """12.90 GB, 800.0 kB: decimal units, as disk and download sizes are quoted."""
+    for unit, size in (("GB", 1000**3), ("MB", 1000**2), ("kB", 1000)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}" if unit == "GB" else f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
