@@ -112,3 +112,14 @@ def write_tiny_moe(path: Path, *, seed: int = 0) -> Path:
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+try:
+    import pytest
+
+    @pytest.fixture(scope="session")
+    def tiny_moe(tmp_path_factory) -> Path:
+        """The tiny MoE GGUF, written once per session (import this name into a test module)."""
+        return write_tiny_moe(tmp_path_factory.mktemp("tinymoe") / "tiny-moe.gguf")
+except ImportError:  # used outside pytest
+    pass

@@ -1,0 +1,36 @@
+"""Engines the contract tests run against: one `pytest.param(maker, id=...)` per engine.
+
+A maker takes the context size and returns a loaded `Engine` on a small real model. To run the
+contract against another backend, append one line to MAKERS.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pocketchat.types import LoadPlan
+
+
+def llama_plan(n_ctx: int) -> LoadPlan:
+    return LoadPlan(backend="llama.cpp", placement="cpu", n_gpu_layers=0, n_ctx=n_ctx,
+                    n_threads=2, n_threads_batch=2)
+
+
+def make_llama_in_process(n_ctx: int):
+    from pocketchat.runtime.llamacpp import LlamaCppEngine
+    from pocketchat.runtime.starter import starter_path
+
+    return LlamaCppEngine(llama_plan(n_ctx), starter_path(), name="starter")
+
+
+def make_llama_worker(n_ctx: int):
+    from pocketchat.runtime.starter import starter_path
+    from pocketchat.runtime.worker import WorkerEngine
+
+    return WorkerEngine(llama_plan(n_ctx), starter_path(), name="starter")
+
+
+MAKERS = [
+    pytest.param(make_llama_in_process, id="llama.cpp-in-process"),
+    pytest.param(make_llama_worker, id="llama.cpp-worker"),
+]
