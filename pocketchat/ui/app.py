@@ -32,6 +32,7 @@ from pocketchat.ui.startup import (
     StartupHooks,
     StartupProgress,
     StartupStatus,
+    prestart_process_helpers,
     start_engine,
 )
 from pocketchat.ui.streaming import (
@@ -85,6 +86,7 @@ class ChatApp(App[int]):
         save_interval: float = 1.0,
     ) -> None:
         super().__init__()
+        prestart_process_helpers()
         self.engine_factory = engine_factory
         self.prepare = prepare
         self.default_system = system

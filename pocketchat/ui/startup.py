@@ -8,6 +8,7 @@ until the load ends. A daemon thread lets Ctrl+Q quit at once.
 from __future__ import annotations
 
 import concurrent.futures
+import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Callable
@@ -103,6 +104,24 @@ class StartupHooks:
 
     def status(self, text: str) -> None:
         self.app.post_message(StartupStatus(text))
+
+
+def prestart_process_helpers() -> None:
+    """Start multiprocessing's resource tracker while stderr is still the terminal's.
+
+    Inside a running Textual app, sys.stderr is Textual's capture object whose fileno() is
+    not a real descriptor; a worker process spawned then fails ("bad value(s) in
+    fds_to_keep") because the tracker is started with sys.stderr.fileno(). Started once
+    beforehand, the tracker is reused by every later spawn.
+    """
+    if sys.platform == "win32":
+        return
+    try:
+        from multiprocessing import resource_tracker
+
+        resource_tracker.ensure_running()
+    except Exception:  # noqa: BLE001 - best effort; the engine reports its own failure
+        pass
 
 
 def start_engine(

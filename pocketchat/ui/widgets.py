@@ -15,6 +15,9 @@ from pocketchat.runtime.engine import EngineInfo, Stats
 from pocketchat.ui.format import compact_count, human_bytes, human_duration, meter
 
 
+PLACEMENT_WORDS = {"cpu": "CPU", "gpu": "GPU, all layers", "gpu+cpu-experts": "GPU + experts on CPU"}
+
+
 class EngineHeader(Static):
     """One line saying what runs: model, backend, placement, context size."""
 
@@ -22,7 +25,8 @@ class EngineHeader(Static):
         if info is None:
             self.update(f"pocketchat · {state or 'no model loaded'}")
             return
-        parts = ["pocketchat", info.model, info.backend, info.placement, f"ctx {info.n_ctx}"]
+        placement = PLACEMENT_WORDS.get(info.placement, info.placement)  # a bare plan word
+        parts = ["pocketchat", info.model, info.backend, placement, f"ctx {info.n_ctx}"]
         if state:
             parts.append(state)
         self.update(" · ".join(p for p in parts if p))
