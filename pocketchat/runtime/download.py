@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import errno
 import os
+import queue
 import re
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -145,79 +147,188 @@ def _transfer(loc: hub.Location, partial: Path, size: int | None, digest: cache.
 
     session = get_session()
     timeout = httpx2.Timeout(options.stall_timeout_s, connect=options.connect_timeout_s)
+    with _open_partial(partial) as f:
+        sink = _Sink(f, digest, partial, size)
+        try:
+            _receive(session, loc, sink, size, digest, options, report, repo_id, path, commit, timeout)
+        except ChecksumMismatch:
+            sink.close(flush=False)
+            f.close()
+            partial.unlink(missing_ok=True)
+            raise
+        finally:
+            sink.close()  # keeps every byte received, also on Ctrl-C
+    report(sink.written, "downloading", "")
+
+
+def _receive(session, loc, sink: _Sink, size, digest, options, report, repo_id, path, commit, timeout) -> None:
+    import httpx2
+
     failures = 0
     refreshed = False
-    with _open_partial(partial) as f:
-        done = f.tell()
-        while size is None or done < size:
-            headers = dict(loc.headers)
-            headers["Accept-Encoding"] = "identity"
-            if done:
-                headers["Range"] = f"bytes={done}-"
-            last_report = 0.0
-            try:
-                with session.stream("GET", loc.url, headers=headers, timeout=timeout) as r:
-                    status = r.status_code
-                    if status == 416 and size is not None and done >= size:
-                        break
-                    if status in hub.TRANSIENT_STATUS:
-                        raise _Retry(f"the server answered HTTP {status}")
-                    if status in (401, 403, 404) and not refreshed and loc.url != _resolve_url(repo_id, path, commit):
-                        # A signed CDN URL that expired: ask the Hub for a fresh one, once.
-                        refreshed = True
-                        loc = hub.locate(repo_id, path, commit)
-                        continue
-                    if status >= 400:
-                        r.read()
-                        from huggingface_hub.utils import hf_raise_for_status
+    done = sink.written
+    while size is None or done < size:
+        headers = dict(loc.headers)
+        headers["Accept-Encoding"] = "identity"
+        if done:
+            headers["Range"] = f"bytes={done}-"
+        last_report = 0.0
+        try:
+            with session.stream("GET", loc.url, headers=headers, timeout=timeout) as r:
+                status = r.status_code
+                if status == 416 and size is not None and done >= size:
+                    break
+                if status in hub.TRANSIENT_STATUS:
+                    raise _Retry(f"the server answered HTTP {status}")
+                if status in (401, 403, 404) and not refreshed and loc.url != _resolve_url(repo_id, path, commit):
+                    # A signed CDN URL that expired: ask the Hub for a fresh one, once.
+                    refreshed = True
+                    loc = hub.locate(repo_id, path, commit)
+                    continue
+                if status >= 400:
+                    r.read()
+                    from huggingface_hub.utils import hf_raise_for_status
 
-                        try:
-                            hf_raise_for_status(r)
-                        except Exception as exc:
-                            raise hub.translate(exc, repo_id, path) from None
-                    if done and status == 200:  # the server ignored Range: start over
-                        f.seek(0)
-                        f.truncate()
-                        digest.reset()
-                        done = 0
-                    elif done and status == 206:
-                        m = _CONTENT_RANGE.match(r.headers.get("Content-Range", ""))
-                        if not m or int(m.group(1)) != done:
-                            raise DownloadError(f"the server sent range {r.headers.get('Content-Range')!r} "
-                                                f"for a request from byte {done}")
-                    for chunk in r.iter_bytes():  # as it arrives: a drop loses nothing received
-                        if size is not None and done + len(chunk) > size:
-                            raise ChecksumMismatch(
-                                f"the server sent more than the {size} bytes of {path}; nothing was kept",
-                                hint="Run the command again; if it fails again the server is misbehaving.")
-                        _write(f, chunk, partial, size, done)
-                        digest.update(chunk)
-                        done += len(chunk)
-                        failures = 0
-                        now = time.monotonic()
-                        if now - last_report >= options.report_interval_s:
-                            report(done, "downloading", "")
-                            last_report = now
-                    if size is None:
-                        break
-                    if done < size:
-                        raise _Retry("the connection closed early")
-            except ChecksumMismatch:
-                f.close()
-                partial.unlink(missing_ok=True)
-                raise
-            except (_Retry, httpx2.TransportError) as exc:
-                failures += 1
-                reason = _reason(exc, options)
-                if failures > options.max_retries:
-                    raise DownloadError(
-                        f"download of {path} failed after {options.max_retries} retries ({reason}); "
-                        f"{done / GB:.2f} GB are kept",
-                    ) from None
-                wait = min(options.backoff_s * 2 ** (failures - 1), options.backoff_max_s)
-                report(done, "retrying", f"{reason}; retrying in {wait:.3g} s ({failures}/{options.max_retries})")
-                time.sleep(wait)
-    report(done, "downloading", "")
+                    try:
+                        hf_raise_for_status(r)
+                    except Exception as exc:
+                        raise hub.translate(exc, repo_id, path) from None
+                if done and status == 200:  # the server ignored Range: start over
+                    sink.restart()
+                    done = 0
+                elif done and status == 206:
+                    m = _CONTENT_RANGE.match(r.headers.get("Content-Range", ""))
+                    if not m or int(m.group(1)) != done:
+                        raise DownloadError(f"the server sent range {r.headers.get('Content-Range')!r} "
+                                            f"for a request from byte {done}")
+                for chunk in r.iter_bytes():  # as it arrives: a drop loses nothing received
+                    if size is not None and done + len(chunk) > size:
+                        raise ChecksumMismatch(
+                            f"the server sent more than the {size} bytes of {path}; nothing was kept",
+                            hint="Run the command again; if it fails again the server is misbehaving.")
+                    sink.add(chunk)
+                    done += len(chunk)
+                    failures = 0
+                    now = time.monotonic()
+                    if now - last_report >= options.report_interval_s:
+                        report(done, "downloading", "")
+                        last_report = now
+                if size is None:
+                    break
+                if done < size:
+                    raise _Retry("the connection closed early")
+        except (_Retry, httpx2.TransportError) as exc:
+            sink.drain()
+            failures += 1
+            reason = _reason(exc, options)
+            if failures > options.max_retries:
+                raise DownloadError(
+                    f"download of {path} failed after {options.max_retries} retries ({reason}); "
+                    f"{done / GB:.2f} GB are kept",
+                ) from None
+            wait = min(options.backoff_s * 2 ** (failures - 1), options.backoff_max_s)
+            report(done, "retrying", f"{reason}; retrying in {wait:.3g} s ({failures}/{options.max_retries})")
+            time.sleep(wait)
+
+
+class _Sink:
+    """Received bytes -> the partial file, written and hashed on a second thread.
+
+    The network loop only receives; a worker thread writes in 1 MiB blocks and hashes them
+    (both release the GIL, so this overlaps on another core) and syncs the file to disk every
+    64 MiB, so the final fsync has little left to do. `drain()` waits until the file holds every
+    byte received; an error of the worker (a full disk) is raised in the caller's thread.
+    """
+
+    FLUSH_BYTES = 1024 * 1024
+    SYNC_BYTES = 64 * 1024 * 1024
+    _RESET = object()
+
+    def __init__(self, f, digest: cache.Digest, partial: Path, size: int | None) -> None:
+        self.f, self.digest, self.partial, self.size = f, digest, partial, size
+        self.written = f.tell()
+        self.error: BaseException | None = None
+        self._chunks: list[bytes] = []
+        self._buffered = 0
+        self._queue: queue.Queue = queue.Queue(maxsize=16)
+        self._thread = threading.Thread(target=self._work, name="pocketchat-write", daemon=True)
+        self._thread.start()
+        self._closed = False
+
+    def add(self, chunk: bytes) -> None:
+        if self.error is not None:
+            raise self.error
+        self._chunks.append(chunk)
+        self._buffered += len(chunk)
+        if self._buffered >= self.FLUSH_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._chunks:
+            data = b"".join(self._chunks)
+            self._chunks.clear()
+            self._buffered = 0
+            self._queue.put(data)
+
+    def drain(self) -> None:
+        """Return once every byte received is in the file (raises the worker's error)."""
+        self.flush()
+        self._queue.join()
+        if self.error is not None:
+            raise self.error
+
+    def restart(self) -> None:
+        """Throw away everything: the file is empty again and so is the hash."""
+        self._chunks.clear()
+        self._buffered = 0
+        self._queue.put(self._RESET)
+        self.drain()
+
+    def close(self, *, flush: bool = True) -> None:
+        """Write what is buffered, stop the worker (idempotent); raises the worker's error."""
+        if self._closed:
+            return
+        self._closed = True
+        if flush:
+            self.flush()
+        self._queue.put(None)
+        self._thread.join()
+        if flush and self.error is not None:
+            raise self.error
+
+    def _work(self) -> None:
+        sync = getattr(os, "fdatasync", os.fsync)
+        since_sync = 0
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                if item is self._RESET:
+                    self.f.seek(0)
+                    self.f.truncate()
+                    self.written = 0
+                    self.digest.reset()
+                    self.error = None
+                    continue
+                if self.error is not None:
+                    continue
+                try:
+                    _write(self.f, item, self.partial, self.size, self.written)
+                except BaseException as exc:  # handed to the caller's thread
+                    self.error = exc
+                    continue
+                self.written += len(item)
+                self.digest.update(item)
+                since_sync += len(item)
+                if since_sync >= self.SYNC_BYTES:
+                    since_sync = 0
+                    try:
+                        sync(self.f.fileno())
+                    except OSError:
+                        pass
+            finally:
+                self._queue.task_done()
 
 
 def _resolve_url(repo_id: str, path: str, commit: str) -> str:
