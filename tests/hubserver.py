@@ -254,7 +254,7 @@ class _Handler(BaseHTTPRequestHandler):
         return repo
 
     def _preflight(self) -> bool:
-        self.hub.requests.append((self.command, self.path, dict(self.headers)))
+        self.hub.requests.append((self.command, self.path, self.headers))  # case-insensitive
         return True
 
     # -- verbs --------------------------------------------------------------------------------

@@ -273,3 +273,32 @@ def test_downloaded_build_ids_is_fast_and_does_not_import_huggingface_hub(hub):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     ids, imported, dt = out.stdout.rsplit(" ", 2)
     assert ids.strip() == "['POCKET-35B-IQ1_M']" and imported == "False" and float(dt) < 1.0
+
+
+def test_verified_file_is_not_hashed_again(hub, tiny, monkeypatch):
+    path = store.ensure(f"{REPO}:IQ2_M")
+
+    def no_rehash(*_a, **_k):
+        raise AssertionError("hashed again")
+
+    monkeypatch.setattr(cache, "hash_file", no_rehash)
+    assert store.ensure(f"{REPO}:IQ2_M") == path
+    assert store.list_models()[0].verified
+    path.resolve().touch()  # changed since it was verified: no longer counts as verified
+    assert not store.list_models()[0].verified
+
+
+def test_token_goes_to_the_hub_but_not_to_the_cdn(monkeypatch):
+    with HubServer(cdn_redirect=True) as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        monkeypatch.setenv("HF_TOKEN", "hf_testtoken")
+        paths.reset()
+        data = blob(900_000, 99)
+        server.add_repo(REPO, {"Tiny-Q4_K_M.gguf": data})
+        assert store.ensure(f"{REPO}:Q4_K_M").read_bytes() == data
+        api = [h for _m, p, h in server.requests if p.startswith("/api/models/")]
+        assert api and all(h.get("Authorization") == "Bearer hf_testtoken" for h in api)
+        cdn = [h for _m, p, h in server.requests if p.startswith("/cdn/")]
+        assert cdn and all("Authorization" not in h for h in cdn)
+        resolve = [h for m, p, h in server.requests if "/resolve/" in p]
+        assert resolve and all(h.get("Authorization") == "Bearer hf_testtoken" for h in resolve)

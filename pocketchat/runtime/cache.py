@@ -70,7 +70,10 @@ def snapshot_dir(repo_id: str, commit: str) -> Path:
 
 
 def pointer_path(repo_id: str, commit: str, path: str) -> Path:
-    return snapshot_dir(repo_id, commit).joinpath(*path.split("/"))
+    parts = path.split("/")
+    if path.startswith("/") or "\\" in path or any(p in ("", ".", "..") for p in parts):
+        raise ValueError(f"unsafe file name in repo {repo_id}: {path!r}")
+    return snapshot_dir(repo_id, commit).joinpath(*parts)
 
 
 def blob_path(repo_id: str, etag: str) -> Path:
