@@ -74,6 +74,8 @@ def fetch(repo_id: str, commit: str, remote: RemoteFile, *, options: DownloadOpt
         try:
             lock.acquire(timeout=0.5)
             break
+        except NotImplementedError:  # no flock on this filesystem (some network mounts)
+            lock = filelock.SoftFileLock(str(lock_file))
         except filelock.Timeout:
             if not waited:
                 report(_size(cache.partial_path(repo_id, etag)), "waiting",
@@ -109,10 +111,10 @@ def _download_blob(repo_id: str, commit: str, remote: RemoteFile, etag: str, blo
     if size is not None and have > size:  # longer than the file: not ours to trust
         partial.unlink()
         have = 0
-    if have:
-        report(0, "verifying", f"checking the {have / GB:.2f} GB already downloaded")
-        cache.hash_file(partial, digest, limit=have)
     try:
+        if have:
+            report(0, "verifying", f"checking the {have / GB:.2f} GB already downloaded")
+            cache.hash_file(partial, digest, limit=have)
         _transfer(loc, partial, size, digest, options, report, repo_id, remote.path, commit)
     except KeyboardInterrupt:
         done = _size(partial)
