@@ -8,24 +8,14 @@ import threading
 from textual import events
 
 from scripted_engine import Factory, Reply, ScriptedEngine
-from uitools import answered, ready, run, screen_text, send, status_text, wait_for
+from uitools import SIZE, answered, make, ready, run, screen_text, send, status_text, wait_for
 
 from pocketchat import conversations
 from pocketchat.errors import CorruptModel, DownloadError, ModelNotFound
-from pocketchat.ui.app import create_app
-from pocketchat.ui.screens import ConversationsScreen, DownloadScreen, SystemPromptScreen
+from pocketchat.ui.screens import DownloadScreen
 from pocketchat.ui.widgets import AnswerView, PromptInput, UserMessage
 
-SIZE = (100, 32)
 TOK_S = re.compile(r"(\d+(?:\.\d+)?) tok/s")
-
-
-def make(*replies: Reply, **kwargs):
-    engine = ScriptedEngine(list(replies) or [Reply("Hello from the script.")],
-                            delay=kwargs.pop("delay", 0.0))
-    factory = kwargs.pop("factory", None) or Factory(engine)
-    app = create_app(factory, memory_probe=lambda: 250_000_000, **kwargs)
-    return app, engine, factory
 
 
 def test_a_prompt_streams_the_answer_with_a_live_tok_s_figure():
@@ -295,63 +285,6 @@ def test_prepare_can_ask_a_question_on_screen():
             await pilot.press("y")
             await ready(pilot)
         assert answers == [True]
-
-    run(scenario())
-
-
-async def palette(pilot, command: str) -> None:
-    await pilot.press("ctrl+p")
-    await pilot.pause()
-    await pilot.press(*command)
-    await pilot.pause(0.3)
-    await pilot.press("enter")
-    await pilot.pause()
-
-
-def test_palette_system_prompt_and_thinking_reach_the_model():
-    async def scenario():
-        app, engine, _ = make(Reply("ok", thinking="hmm"))
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(pilot)
-            await palette(pilot, "System prompt")
-            assert isinstance(app.screen, SystemPromptScreen)
-            await pilot.press(*"Answer in French.", "ctrl+s")
-            await pilot.pause()
-            await palette(pilot, "Thinking off")
-            await send(pilot, "hi")
-            await answered(pilot)
-            messages, options = engine.calls[0]
-            assert messages[0].role == "system" and messages[0].content == "Answer in French."
-            assert options.thinking is False
-            assert "Thinking" not in screen_text(app)  # no thinking shown when it is off
-
-    run(scenario())
-
-
-def test_palette_copies_the_last_answer_and_opens_a_saved_conversation():
-    async def scenario():
-        old = conversations.Conversation(model="Scripted-1B")
-        old.add("user", "an old question")
-        old.add("assistant", "an old answer", interrupted=True)
-        old.save()
-        (old.path.parent / "junk.json").write_text("{not json")
-        app, _, _ = make(Reply("Copy me."))
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(pilot)
-            await send(pilot, "say it")
-            await answered(pilot)
-            await palette(pilot, "Copy last answer")
-            assert app.clipboard == "Copy me."
-            await palette(pilot, "Open a saved conversation")
-            assert isinstance(app.screen, ConversationsScreen)
-            listing = screen_text(app)
-            assert "an old question" in listing and "(interrupted)" in listing
-            assert "say it" in listing
-            await pilot.press("down", "enter")  # newest first: ours, then the old one
-            await pilot.pause()
-            text = screen_text(app)
-            assert "an old answer" in text and "interrupted" in text and "Copy me." not in text
-            assert app.conversation.id == old.id
 
     run(scenario())
 

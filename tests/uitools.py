@@ -6,10 +6,23 @@ import asyncio
 import time
 from typing import Callable
 
+from scripted_engine import Factory, Reply, ScriptedEngine
 from textual.pilot import Pilot
 from textual.widgets import Label
 
+from pocketchat.ui.app import create_app
 from pocketchat.ui.widgets import StatusBar
+
+SIZE = (100, 32)
+
+
+def make(*replies: Reply, **kwargs):
+    """An app on a scripted engine (fixed memory figure); returns (app, engine, factory)."""
+    engine = ScriptedEngine(list(replies) or [Reply("Hello from the script.")],
+                            delay=kwargs.pop("delay", 0.0))
+    factory = kwargs.pop("factory", None) or Factory(engine)
+    app = create_app(factory, memory_probe=lambda: 250_000_000, **kwargs)
+    return app, engine, factory
 
 
 async def wait_for(pilot: Pilot, condition: Callable[[], object], timeout: float = 10.0,
