@@ -241,7 +241,7 @@ def test_declined_confirmation_downloads_nothing(hub, tiny, monkeypatch):
     assert hub.bytes_served == 0 and store.list_models() == []
 
 
-def test_local_path_spec(tmp_path, starter_gguf_like=None):
+def test_local_path_spec(tmp_path):
     f = tmp_path / "model.gguf"
     f.write_bytes(b"GGUF" + b"\0" * 100)
     assert store.ensure(str(f)) == f.resolve()

@@ -19,7 +19,6 @@ from pathlib import Path
 from pocketchat.errors import (
     ChecksumMismatch,
     DiskFull,
-    DownloadDeclined,
     HubUnreachable,
     ModelNotFound,
     OfflineError,
