@@ -1,7 +1,8 @@
 """Download throughput: pocketchat's store vs plain `hf_hub_download`, same file, same local server.
 
 Run: python benchmarks/bench_download.py [--mb 200] [--runs 3]
-Generates a file, serves it from the test Hub server on 127.0.0.1 (tests/hubserver.py), and
+Generates a file, serves it from the test Hub server on 127.0.0.1 (tests/hubserver.py, in its
+own process), and
 downloads it into a fresh Hugging Face cache with each client in turn (alternating, so neither
 always goes first). Prints each run, the median and best throughput of each and their ratios
 pocketchat / huggingface_hub (goal: at least 0.9). pocketchat also hashes every byte (SHA-256)
@@ -15,6 +16,7 @@ import hashlib
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -70,30 +72,46 @@ def run_pocketchat(root: Path, endpoint: str) -> float:
     return dt
 
 
+def serve(path: Path) -> None:
+    """Child process: serve one file, print the URL, run until stdin closes."""
+    from hubserver import HubServer
+
+    with HubServer() as hub:
+        hub.add_repo(REPO, {FILE: path})
+        print(hub.url, flush=True)
+        sys.stdin.read()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=int, default=200, help="file size in MB (default 200)")
-    ap.add_argument("--runs", type=int, default=3, help="downloads per client (default 3)")
+    ap.add_argument("--runs", type=int, default=5, help="downloads per client (default 5)")
+    ap.add_argument("--serve", metavar="FILE", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.serve:
+        return serve(Path(args.serve))
 
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
-    from hubserver import HubServer
-
     nbytes = args.mb * 1000**2
-    data = make_data(nbytes)
     work = Path(tempfile.mkdtemp(prefix="bench-download-"))
+    source = work / FILE
+    source.write_bytes(make_data(nbytes))
+    # The server runs in its own process, as a real one would: it does not share the GIL.
+    server = subprocess.Popen([sys.executable, __file__, "--serve", str(source)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
     try:
-        with HubServer() as hub:
-            hub.add_repo(REPO, {FILE: data})
-            os.environ["HF_ENDPOINT"] = hub.url
-            times: dict[str, list[float]] = {"huggingface_hub": [], "pocketchat": []}
-            for i in range(args.runs):
-                order = [("huggingface_hub", run_hf), ("pocketchat", run_pocketchat)]
-                for name, fn in order if i % 2 == 0 else order[::-1]:
-                    dt = fn(work / name, hub.url)
-                    times[name].append(dt)
-                    print(f"run {i + 1}  {name:16s} {nbytes / dt / 1e6:8.1f} MB/s  ({dt:.2f} s)")
+        url = server.stdout.readline().strip()
+        os.environ["HF_ENDPOINT"] = url
+        times: dict[str, list[float]] = {"huggingface_hub": [], "pocketchat": []}
+        for i in range(args.runs):
+            order = [("huggingface_hub", run_hf), ("pocketchat", run_pocketchat)]
+            for name, fn in order if i % 2 == 0 else order[::-1]:
+                dt = fn(work / name, url)
+                times[name].append(dt)
+                print(f"run {i + 1}  {name:16s} {nbytes / dt / 1e6:8.1f} MB/s  ({dt:.2f} s)")
     finally:
+        server.stdin.close()
+        server.wait(timeout=30)
         shutil.rmtree(work, ignore_errors=True)
     med = {k: nbytes / statistics.median(v) / 1e6 for k, v in times.items()}
     best = {k: nbytes / min(v) / 1e6 for k, v in times.items()}

@@ -237,8 +237,8 @@ class _Sink:
     """Received bytes -> the partial file, written and hashed on a second thread.
 
     The network loop only receives; a worker thread writes in 1 MiB blocks and hashes them
-    (both release the GIL, so this overlaps on another core) and syncs the file to disk every
-    64 MiB, so the final fsync has little left to do. `drain()` waits until the file holds every
+    (both release the GIL, so this overlaps on another core), and a third one syncs the file to
+    disk every 64 MiB without holding up the writes, so the final fsync has little left to do. `drain()` waits until the file holds every
     byte received; an error of the worker (a full disk) is raised in the caller's thread.
     """
 
@@ -255,6 +255,10 @@ class _Sink:
         self._queue: queue.Queue = queue.Queue(maxsize=16)
         self._thread = threading.Thread(target=self._work, name="pocketchat-write", daemon=True)
         self._thread.start()
+        self._sync_wanted = threading.Event()
+        self._stopping = False
+        self._syncer = threading.Thread(target=self._sync, name="pocketchat-sync", daemon=True)
+        self._syncer.start()
         self._closed = False
 
     def add(self, chunk: bytes) -> None:
@@ -295,11 +299,26 @@ class _Sink:
             self.flush()
         self._queue.put(None)
         self._thread.join()
+        self._stopping = True
+        self._sync_wanted.set()
+        self._syncer.join()
         if flush and self.error is not None:
             raise self.error
 
-    def _work(self) -> None:
+    def _sync(self) -> None:
+        """Write back to disk while the download goes on, without ever holding up a write."""
         sync = getattr(os, "fdatasync", os.fsync)
+        while True:
+            self._sync_wanted.wait()
+            self._sync_wanted.clear()
+            if self._stopping:
+                return
+            try:
+                sync(self.f.fileno())
+            except (OSError, ValueError):
+                pass
+
+    def _work(self) -> None:
         since_sync = 0
         while True:
             item = self._queue.get()
@@ -325,10 +344,7 @@ class _Sink:
                 since_sync += len(item)
                 if since_sync >= self.SYNC_BYTES:
                     since_sync = 0
-                    try:
-                        sync(self.f.fileno())
-                    except OSError:
-                        pass
+                    self._sync_wanted.set()
             finally:
                 self._queue.task_done()
 
