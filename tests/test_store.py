@@ -302,3 +302,16 @@ def test_token_goes_to_the_hub_but_not_to_the_cdn(monkeypatch):
         assert cdn and all("Authorization" not in h for h in cdn)
         resolve = [h for m, p, h in server.requests if "/resolve/" in p]
         assert resolve and all(h.get("Authorization") == "Bearer hf_testtoken" for h in resolve)
+
+
+def test_huggingface_hub_scan_cache_dir_reads_our_cache(hub, tiny):
+    from huggingface_hub import scan_cache_dir
+
+    path = store.ensure(f"{REPO}:IQ2_M")
+    (path.resolve().parent / ("0" * 64 + ".incomplete")).write_bytes(b"partial")  # a kept partial
+    info = scan_cache_dir(paths.settings().hf_cache_dir)
+    assert info.warnings == []
+    [repo] = info.repos
+    assert repo.repo_id == REPO and set(repo.refs) == {"main"}
+    [rev] = repo.revisions
+    assert [f.file_path for f in rev.files] == [path] and rev.commit_hash == hub.repos[REPO].commit

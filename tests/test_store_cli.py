@@ -33,11 +33,13 @@ def repo(hub):  # noqa: F811
 
 
 def test_download_with_yes_prints_the_path_and_progress(hub, repo, capsys):
-    assert main(["download", f"{REPO}:Q4_K_M", "--yes"]) == 0
+    hub.faults.stall_after, hub.faults.stall_s = 300_000, 4.0
+    assert main(["download", f"{REPO}:Q4_K_M", "--yes", "--stall-timeout", "0.5"]) == 0
     out, err = capsys.readouterr()
     path = Path(out.strip())
     assert path.read_bytes() == repo
     assert "downloading" in err and "100.0%" in err and "800.0 kB" in err
+    assert "stalled: no data for 0.5 s; retrying" in err
 
 
 def test_download_without_a_terminal_and_without_yes_fails_clearly(hub, repo, capsys, monkeypatch):

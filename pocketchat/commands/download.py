@@ -23,6 +23,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lang", default="en", help="language you will chat in: en or ko (default en)")
     p.add_argument("--ctx", type=int, metavar="N", help="context size used to judge what fits")
     p.add_argument("--backend", choices=["llama.cpp", "mlx"], help="recommend for this backend")
+    p.add_argument("--stall-timeout", type=float, default=30.0, metavar="S",
+                   help="reconnect when no data arrives for S seconds (default 30)")
 
 
 def human_duration(s: float) -> str:
@@ -131,7 +133,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"recommended for this machine: {spec.id} ({rec.recommended.reason})", file=sys.stderr)
     progress = TerminalProgress()
     try:
-        path = store.ensure(spec, offline=args.offline, confirm=make_confirm(args.yes), progress=progress)
+        options = store.DownloadOptions(stall_timeout_s=max(args.stall_timeout, 0.1))
+        path = store.ensure(spec, offline=args.offline, confirm=make_confirm(args.yes), progress=progress,
+                            options=options)
     finally:
         progress.finish()
     print(path)
