@@ -19,8 +19,9 @@ class Sink:
 
     The network loop only receives; a worker thread writes in 1 MiB blocks and hashes them
     (both release the GIL, so this overlaps on another core), and a third one syncs the file to
-    disk every 64 MiB without holding up the writes, so the final fsync has little left to do. `drain()` waits until the file holds every
-    byte received; an error of the worker (a full disk) is raised in the caller's thread.
+    disk every 64 MiB without holding up the writes, so the final fsync has little left to do.
+    `drain()` waits until the file holds every byte received; an error of the worker (a full
+    disk) is raised in the caller's thread.
     """
 
     FLUSH_BYTES = 1024 * 1024
