@@ -2,11 +2,12 @@
 
 Runs the starter model (SmolLM2-135M, llama.cpp in its worker process) with the same prompt,
 settings and number of tokens (ignore_eos: exactly --tokens each time) twice:
-  headless  engine.chat() iterated in a plain loop, nothing else running (what `pocketchat
+  headless  engine.chat() iterated in a plain loop on a second engine (what `pocketchat
             bench` measures; its own figure is printed too when that command exists)
   app       the Textual app driven headless through run_test(): prompt typed, answer
             streamed into Markdown at the app's bounded rate; the tok/s read off the status bar
-and prints both medians and their ratio (goal: app / headless >= 0.95).
+alternating one answer each, so both see the same load on the machine, and prints both
+medians and their ratio (goal: app / headless >= 0.95).
 
     PYTHONPATH=. python benchmarks/bench_ui.py [--runs 5] [--tokens 256]
 """
@@ -48,50 +49,49 @@ def options(tokens: int):
                        ignore_eos=True)
 
 
-def headless(choice, runs: int, tokens: int) -> list[float]:
-    from pocketchat.runtime import open_engine
+def headless_run(engine, tokens: int) -> float:
     from pocketchat.runtime.engine import Message
 
-    engine = open_engine(choice.plan, choice.path, name=choice.name)
-    figures = []
-    try:
-        for i in range(runs + 1):  # the first run warms the caches and is not counted
-            last = None
-            for chunk in engine.chat([Message("user", PROMPT)], options(tokens)):
-                last = chunk
-            if i and last is not None:
-                figures.append(last.stats.decode_tok_s)
-    finally:
-        engine.close()
-    return figures
+    last = None
+    for chunk in engine.chat([Message("user", PROMPT)], options(tokens)):
+        last = chunk
+    return last.stats.decode_tok_s if last is not None else 0.0
 
 
-def app_figures(choice, runs: int, tokens: int) -> tuple[list[float], list[float]]:
+def measure(choice, runs: int, tokens: int) -> tuple[list[float], list[float], list[float]]:
+    """Alternate headless and in-app answers, so both see the same load on the machine."""
     from uitools import answered, ready, send, status_text
 
     from pocketchat.runtime import open_engine
     from pocketchat.ui.app import create_app
 
+    base: list[float] = []
     shown: list[float] = []
     engine_said: list[float] = []
 
     async def scenario() -> None:
+        plain = open_engine(choice.plan, choice.path, name=choice.name)
         app = create_app(lambda: open_engine(choice.plan, choice.path, name=choice.name),
                          thinking=False, options=options(tokens))
-        async with app.run_test(size=(110, 34)) as pilot:
-            await ready(pilot, timeout=120)
-            for i in range(runs + 1):
-                await pilot.press("ctrl+n")
-                await send(pilot, PROMPT)
-                await answered(pilot, timeout=300)
-                if i == 0:
-                    continue
-                match = TOK_S.search(status_text(app))
-                shown.append(float(match.group(1)) if match else 0.0)
-                engine_said.append(app.conversation.messages[-1].stats["decode_tok_s"])
+        try:
+            async with app.run_test(size=(110, 34)) as pilot:
+                await ready(pilot, timeout=120)
+                for i in range(runs + 1):  # run 0 warms both engines and is not counted
+                    figure = await asyncio.to_thread(headless_run, plain, tokens)
+                    await pilot.press("ctrl+n")
+                    await send(pilot, PROMPT)
+                    await answered(pilot, timeout=300)
+                    if i == 0:
+                        continue
+                    base.append(figure)
+                    match = TOK_S.search(status_text(app))
+                    shown.append(float(match.group(1)) if match else 0.0)
+                    engine_said.append(app.conversation.messages[-1].stats["decode_tok_s"])
+        finally:
+            plain.close()
 
     asyncio.run(scenario())
-    return shown, engine_said
+    return base, shown, engine_said
 
 
 def pocketchat_bench(tokens: int) -> float | None:
@@ -128,8 +128,7 @@ def main() -> int:
     print(f"model {choice.name}; {choice.plan.describe()}; ctx {a.ctx}; "
           f"{a.tokens} tokens x {a.runs} runs (+1 warm-up each)")
     t0 = time.monotonic()
-    base = headless(choice, a.runs, a.tokens)
-    shown, engine_said = app_figures(choice, a.runs, a.tokens)
+    base, shown, engine_said = measure(choice, a.runs, a.tokens)
     bench = None if a.skip_bench_command else pocketchat_bench(a.tokens)
     h, s = statistics.median(base), statistics.median(shown)
     print(f"headless engine loop : {h:7.1f} tok/s  (runs: {', '.join(f'{x:.1f}' for x in base)})")

@@ -58,7 +58,7 @@ def test_status_bar_mid_stream(snap_compare):
         await steady(pilot)
         await send(pilot, "Show me a Python function that adds two numbers.")
         await wait_for(pilot, engine.held.is_set)
-        await wait_for(pilot, lambda: "30 tokens" in str(pilot.app.query_one("#st-tokens").render()))
+        await wait_for(pilot, lambda: "30 tokens" in pilot.app.query_one("#status").plain)
         await pilot.pause(0.2)
 
     assert snap_compare(app_with(engine), terminal_size=SIZE, run_before=mid_stream)

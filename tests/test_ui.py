@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 import threading
 
+import pytest
+
 from textual import events
 
 from scripted_engine import Factory, Reply, ScriptedEngine
@@ -190,7 +192,7 @@ def test_a_full_context_and_an_error_answer_are_messages_not_crashes():
             text = screen_text(app)
             assert "The context is full (4096/4096 tokens)" in text and "Ctrl+N" in text
             assert "2 earlier messages no longer fit" in text
-            assert app.query_one("#st-ctx").has_class("full")
+            assert app.query_one("#status").has_class("-ctx-full")  # the meter turns red
             await send(pilot, "again")
             await answered(pilot)
             assert "The model could not answer: prompt too long" in screen_text(app)
@@ -329,3 +331,28 @@ def test_ctrl_q_during_an_answer_quits_cleanly_and_closes_the_engine():
         assert conversations.load(app.conversation.id).messages[-1].interrupted
 
     run(scenario())
+
+
+def test_the_render_pace_backs_off_when_rendering_is_costly_and_returns_when_cheap():
+    from pocketchat.ui.streaming import RenderPacer
+
+    clock = {"t": 0.0, "cpu": 0.0}
+    pacer = RenderPacer(max_rate=20, min_rate=4, budget=0.08, window=1.0,
+                        clock=lambda: clock["t"], cpu=lambda: clock["cpu"])
+    assert pacer.interval == 0.05
+
+    def second(cpu_share: float) -> bool:
+        clock["t"] += 1.0
+        clock["cpu"] += cpu_share
+        return pacer.sample()
+
+    assert second(0.30) and pacer.interval == pytest.approx(0.075)  # 30% of a core: slow down
+    for _ in range(10):
+        second(0.30)
+    assert pacer.interval == pytest.approx(0.25)  # never below 4 updates a second
+    assert not second(0.06)  # within budget: keep the pace
+    for _ in range(10):
+        second(0.01)
+    assert pacer.interval == pytest.approx(0.05)  # cheap again: back to 20 a second, never more
+    clock["t"] += 0.5
+    assert not pacer.sample()  # less than a window since the last look: no change

@@ -8,7 +8,6 @@ from typing import Callable
 
 from scripted_engine import Factory, Reply, ScriptedEngine
 from textual.pilot import Pilot
-from textual.widgets import Label
 
 from pocketchat.ui.app import create_app
 from pocketchat.ui.widgets import StatusBar
@@ -55,8 +54,7 @@ async def send(pilot: Pilot, text: str) -> None:
 
 
 def status_text(app) -> str:
-    bar = app.query_one(StatusBar)
-    return "  ".join(str(label.render()) for label in bar.query(Label))
+    return app.query_one(StatusBar).plain
 
 
 def screen_text(app) -> str:

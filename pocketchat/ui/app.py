@@ -30,10 +30,10 @@ from pocketchat.ui.startup import (
     start_engine,
 )
 from pocketchat.ui.streaming import (
-    UPDATES_PER_SECOND,
     AnswerStream,
     MemoryFn,
     MemoryProbe,
+    RenderPacer,
     StreamUpdate,
     engine_pid,
 )
@@ -98,6 +98,7 @@ class ChatApp(PaletteCommands, App[int]):
         self.stream: AnswerStream | None = None
         self._answer: AnswerView | None = None
         self._pump_timer: Timer | None = None
+        self._pacer = RenderPacer()
         self._memory: int | None = None
         self._prepared = False
         self._starting = False
@@ -276,7 +277,8 @@ class ChatApp(PaletteCommands, App[int]):
         self._status(figures_from_stats(None, "Waiting for the first token", self._memory,
                                         self.info.n_ctx if self.info else 0, None))
         self._run_stream(self.stream)
-        self._pump_timer = self.set_interval(1 / UPDATES_PER_SECOND, self._pump)
+        self._pacer = RenderPacer()
+        self._pump_timer = self.set_interval(self._pacer.interval, self._pump)
         self.refresh_bindings()
 
     @work(thread=True, group="stream", exit_on_error=False)
@@ -284,7 +286,7 @@ class ChatApp(PaletteCommands, App[int]):
         stream.run()
 
     async def _pump(self) -> None:
-        """Render what arrived since the last tick (at most UPDATES_PER_SECOND a second)."""
+        """Render what arrived since the last tick (at most 20 times a second, see RenderPacer)."""
         stream, view = self.stream, self._answer
         if stream is None or view is None:
             return
@@ -299,6 +301,9 @@ class ChatApp(PaletteCommands, App[int]):
                                         update.first_token_at))
         if update.done:
             await self._finish(stream, view, update)
+        elif self._pacer.sample() and self._pump_timer is not None:
+            self._pump_timer.stop()  # rendering costs too much (or little): a new pace
+            self._pump_timer = self.set_interval(self._pacer.interval, self._pump)
 
     async def _finish(self, stream: AnswerStream, view: AnswerView, update: StreamUpdate) -> None:
         if self._pump_timer is not None:

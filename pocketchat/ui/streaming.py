@@ -18,7 +18,9 @@ from typing import Callable, Sequence
 from pocketchat.conversations import Autosave, ChatMessage, Conversation, stats_summary
 from pocketchat.runtime.engine import ChatOptions, Engine, Message, Stats
 
-UPDATES_PER_SECOND = 20
+UPDATES_PER_SECOND = 20  # the most screen updates a second while an answer streams
+MIN_UPDATES_PER_SECOND = 4
+RENDER_BUDGET = 0.08  # share of one core the UI process may spend while the model decodes
 SAVE_INTERVAL = 1.0
 
 
@@ -146,6 +148,43 @@ class AnswerStream:
 
     def wait(self, timeout: float | None = None) -> bool:
         return self.finished.wait(timeout)
+
+
+class RenderPacer:
+    """How often to update the screen: at most `max_rate` a second, fewer when it costs.
+
+    Every `window` seconds it compares this process's CPU time (all its threads: rendering,
+    the pipe from the engine) with the wall time. Above `budget` of one core the interval
+    grows by half, below half the budget it shrinks, within [1/max_rate, 1/min_rate]. On a
+    machine whose cores all decode, a 10 ms repaint 20 times a second would take a fifth of a
+    core from the model; the pacer keeps the UI's share small there and full-rate elsewhere.
+    """
+
+    def __init__(self, max_rate: float = UPDATES_PER_SECOND,
+                 min_rate: float = MIN_UPDATES_PER_SECOND, budget: float = RENDER_BUDGET,
+                 window: float = 1.0, clock: Callable[[], float] = time.monotonic,
+                 cpu: Callable[[], float] = time.process_time) -> None:
+        self.shortest, self.longest = 1.0 / max_rate, 1.0 / min_rate
+        self.budget, self.window = budget, window
+        self.clock, self.cpu = clock, cpu
+        self.interval = self.shortest
+        self.share = 0.0
+        self._t0, self._c0 = clock(), cpu()
+
+    def sample(self) -> bool:
+        """Call once per update; True when the interval changed."""
+        now = self.clock()
+        if now - self._t0 < self.window:
+            return False
+        cpu = self.cpu()
+        self.share = (cpu - self._c0) / (now - self._t0)
+        self._t0, self._c0 = now, cpu
+        old = self.interval
+        if self.share > self.budget:
+            self.interval = min(self.longest, self.interval * 1.5)
+        elif self.share < self.budget / 2:
+            self.interval = max(self.shortest, self.interval / 1.5)
+        return self.interval != old
 
 
 class MemoryProbe:

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from textual import events
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Vertical, VerticalScroll
+from textual.content import Content
 from textual.message import Message
 from textual.widgets import Collapsible, Label, Markdown, Static, TextArea
 from textual.widgets._markdown import MarkdownStream
@@ -253,43 +254,45 @@ def context_level(used: int, limit: int) -> str:
     return "full" if fraction >= 0.9 else "warn" if fraction >= 0.75 else "ok"
 
 
-class StatusBar(Horizontal):
-    """Live figures: state, decode tok/s, time to first token, tokens, context, memory."""
+class StatusBar(Static):
+    """Live figures: state, decode tok/s, time to first token, tokens, context, memory.
 
-    def compose(self):
-        yield Label("", id="st-state")
-        yield Label("", id="st-speed")
-        yield Label("", id="st-ttft")
-        yield Label("", id="st-tokens")
-        yield Label("", id="st-ctx")
-        yield Label("", id="st-mem")
+    One line, repainted only when its text changes and never re-laid out (its size is fixed),
+    so a refresh costs little while the model streams.
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__("", **kwargs)
+        self.figures = StatusFigures(state="Starting")
+        self.level = "ok"
+        self.plain = ""
 
     def on_mount(self) -> None:
-        self.show(StatusFigures(state="Starting"))
+        self.show(self.figures)
 
     def show(self, f: StatusFigures) -> None:
         self.figures = f
-        self.query_one("#st-state", Label).update(f.state)
         speed = f"{f.decode_tok_s:.1f} tok/s" if f.decode_tok_s else "– tok/s"
-        self.query_one("#st-speed", Label).update(speed)
         ttft = human_duration(f.ttft_seconds) if f.ttft_seconds is not None else "–"
-        self.query_one("#st-ttft", Label).update(f"TTFT {ttft}")
-        self.query_one("#st-tokens", Label).update(
-            f"{f.tokens} tokens" if f.tokens is not None else "0 tokens"
-        )
-        ctx = self.query_one("#st-ctx", Label)
+        tokens = f"{f.tokens if f.tokens is not None else 0} tokens"
         if f.context_limit:
             level = context_level(f.context_used, f.context_limit)
-            ctx.update(
-                f"ctx {compact_count(f.context_used)}/{compact_count(f.context_limit)} "
-                f"{meter(f.context_used / f.context_limit, 8)}"
-            )
+            ctx = (f"ctx {compact_count(f.context_used)}/{compact_count(f.context_limit)} "
+                   f"{meter(f.context_used / f.context_limit, 8)}")
         else:
-            level = "ok"
-            ctx.update("ctx –")
-        ctx.set_class(level == "warn", "warn")
-        ctx.set_class(level == "full", "full")
-        self.query_one("#st-mem", Label).update(f"mem {human_bytes(f.memory_bytes)}")
+            level, ctx = "ok", "ctx –"
+        memory = f"mem {human_bytes(f.memory_bytes)}"
+        parts = [(f.state, "$accent bold"), (speed, "$success bold"), (f"TTFT {ttft}", ""),
+                 (tokens, ""), (ctx, {"ok": "", "warn": "$warning", "full": "$error bold"}[level]),
+                 (memory, "")]
+        plain = "  ".join(text for text, _ in parts)
+        if plain == self.plain and level == self.level:
+            return
+        self.plain, self.level = plain, level
+        self.set_class(level == "warn", "-ctx-warn")
+        self.set_class(level == "full", "-ctx-full")
+        content = Content("  ").join(Content.styled(text, style) for text, style in parts)
+        self.update(content, layout=False)
 
 
 def figures_from_stats(
