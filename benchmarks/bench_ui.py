@@ -60,7 +60,7 @@ def headless_run(engine, tokens: int) -> float:
 
 def measure(choice, runs: int, tokens: int) -> tuple[list[float], list[float], list[float]]:
     """Alternate headless and in-app answers, so both see the same load on the machine."""
-    from uitools import answered, ready, send, status_text
+    from uitools import ready, send, status_text
 
     from pocketchat.runtime import open_engine
     from pocketchat.ui.app import create_app
@@ -80,7 +80,9 @@ def measure(choice, runs: int, tokens: int) -> tuple[list[float], list[float], l
                     figure = await asyncio.to_thread(headless_run, plain, tokens)
                     await pilot.press("ctrl+n")
                     await send(pilot, PROMPT)
-                    await answered(pilot, timeout=300)
+                    while app.stream is not None:  # a lazy wait: polling costs CPU too
+                        await asyncio.sleep(0.2)
+                    await pilot.pause()
                     if i == 0:
                         continue
                     base.append(figure)
@@ -94,23 +96,19 @@ def measure(choice, runs: int, tokens: int) -> tuple[list[float], list[float], l
     return base, shown, engine_said
 
 
-def pocketchat_bench(tokens: int) -> float | None:
-    """`pocketchat bench --model starter --json`'s decode figure, when that command exists."""
+def pocketchat_bench(tokens: int, ctx: int) -> float | None:
+    """`pocketchat bench --model starter`'s generation figure (tg<tokens>), same settings."""
     if not (REPO / "pocketchat" / "commands" / "bench.py").exists():
         return None
-    cmd = [sys.executable, "-m", "pocketchat", "bench", "--model", "starter", "--json"]
+    cmd = [sys.executable, "-m", "pocketchat", "bench", "--model", "starter", "--ctx", str(ctx),
+           "-n", str(tokens), "-r", "3", "--json"]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
                               env={**os.environ, "PYTHONPATH": str(REPO)})
-    except (subprocess.TimeoutExpired, OSError):
-        return None
-    if done.returncode != 0:
-        print(f"(pocketchat bench failed: {done.stderr.strip()[-300:]})")
-        return None
-    try:
-        found = re.findall(r'"decode_tok_s"\s*:\s*([\d.]+)', done.stdout)
-        return float(found[0]) if found else float(json.loads(done.stdout)["decode_tok_s"])
-    except (ValueError, KeyError, TypeError):
+        results = json.loads(done.stdout)["results"]
+        return next(float(r["tok_s"]) for r in results if str(r["test"]).startswith("tg"))
+    except (subprocess.TimeoutExpired, OSError, ValueError, KeyError, StopIteration) as exc:
+        print(f"(pocketchat bench gave no figure: {exc})")
         return None
 
 
@@ -129,7 +127,7 @@ def main() -> int:
           f"{a.tokens} tokens x {a.runs} runs (+1 warm-up each)")
     t0 = time.monotonic()
     base, shown, engine_said = measure(choice, a.runs, a.tokens)
-    bench = None if a.skip_bench_command else pocketchat_bench(a.tokens)
+    bench = None if a.skip_bench_command else pocketchat_bench(a.tokens, a.ctx)
     h, s = statistics.median(base), statistics.median(shown)
     print(f"headless engine loop : {h:7.1f} tok/s  (runs: {', '.join(f'{x:.1f}' for x in base)})")
     if bench is not None:
