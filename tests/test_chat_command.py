@@ -126,18 +126,21 @@ def test_offline_with_yes_takes_the_starter_without_asking(offline_then_starter)
     assert hooks.questions == [] and offline_then_starter == [None, "starter"]
 
 
-def test_download_progress_reaches_the_screen_in_any_common_shape():
+def test_download_question_and_progress_reach_the_screen(tmp_path):
+    from pocketchat.runtime.store_types import DownloadPlan, DownloadProgress, RemoteFile
+
     hooks = Hooks(answer=True)
-    progress = chat.progress_adapter(hooks)
-    progress(10, 100)
-    progress(done=20, total=100)
-
-    class Event:
-        downloaded, total, filename = 30, 100, "POCKET-Q4.gguf"
-
-    progress(Event())
-    assert hooks.progressed == [(10, 100, ""), (20, 100, ""),
-                                (30, 100, "Downloading POCKET-Q4.gguf")]
+    plan = DownloadPlan(name="POCKET-35B-Q2_K", repo_id="FINAL-Bench/POCKET-35B-GGUF",
+                        files=(RemoteFile("POCKET-35B-Q2_K.gguf", 12_900_000_000),),
+                        total_bytes=12_900_000_000, transfer_bytes=12_900_000_000,
+                        destination=tmp_path, free_bytes=50_000_000_000,
+                        free_after_bytes=37_100_000_000)
+    assert chat.confirm_adapter(hooks)(plan) is True
+    assert "POCKET-35B-Q2_K" in hooks.questions[0] and "free disk after" in hooks.questions[0]
+    chat.progress_adapter(hooks)(DownloadProgress(
+        name="POCKET-35B-Q2_K", filename="POCKET-35B-Q2_K.gguf", phase="downloading",
+        bytes_done=30, bytes_total=100))
+    assert hooks.progressed == [(30, 100, "Downloading POCKET-35B-Q2_K.gguf")]
 
 
 def test_history_lists_newest_first_and_warns_on_corrupt_files(capsys):

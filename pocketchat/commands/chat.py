@@ -16,6 +16,7 @@ from pocketchat import conversations
 from pocketchat.commands.common import STARTER, ModelChoice
 from pocketchat.errors import OfflineError
 from pocketchat.runtime.engine import Engine
+from pocketchat.runtime.store_types import DownloadPlan, DownloadProgress
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -26,44 +27,20 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="ask the model to answer without thinking first")
 
 
-def _number(value: Any) -> int | None:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+def progress_adapter(hooks: Any) -> Callable[[DownloadProgress], None]:
+    """Show the store's download progress on the app's download screen."""
 
-
-def progress_adapter(hooks: Any) -> Callable[..., None]:
-    """Accept `progress(done, total)` or an object with done/downloaded and total fields."""
-
-    def progress(*args: Any, **kwargs: Any) -> None:
-        done = total = None
-        what = str(kwargs.get("desc") or kwargs.get("what") or kwargs.get("filename") or "")
-        numbers = [_number(a) for a in args if _number(a) is not None]
-        if numbers:
-            done = numbers[0]
-            total = numbers[1] if len(numbers) > 1 else _number(kwargs.get("total"))
-        elif args:
-            obj = args[0]
-            for name in ("done", "downloaded", "downloaded_bytes", "bytes", "n"):
-                if _number(getattr(obj, name, None)) is not None:
-                    done = _number(getattr(obj, name))
-                    break
-            total = _number(getattr(obj, "total", None) or getattr(obj, "total_bytes", None))
-            what = what or str(getattr(obj, "filename", "") or getattr(obj, "name", "") or "")
-        else:
-            done, total = _number(kwargs.get("done")), _number(kwargs.get("total"))
-        if done is not None:
-            hooks.progress(done, total, f"Downloading {what}" if what else "")
+    def progress(p: DownloadProgress) -> None:
+        hooks.progress(p.bytes_done, p.bytes_total or None, f"Downloading {p.filename}")
 
     return progress
 
 
-def confirm_adapter(hooks: Any) -> Callable[..., bool]:
-    """Accept `confirm(question)` or `confirm(build, size)`; ask on screen."""
+def confirm_adapter(hooks: Any) -> Callable[[DownloadPlan], bool]:
+    """Ask the store's download question on screen."""
 
-    def confirm(*args: Any, **kwargs: Any) -> bool:
-        question = next((a for a in args if isinstance(a, str)), None)
-        if question is None:
-            question = "Download the model now? " + " ".join(str(a) for a in args)
-        return hooks.confirm(question)
+    def confirm(plan: DownloadPlan) -> bool:
+        return hooks.confirm(plan.question())
 
     return confirm
 
