@@ -95,7 +95,7 @@ class LlamaCppEngine:
         self.info = EngineInfo(
             backend="llama.cpp",
             model=name or self.gguf.name or path.stem,
-            placement=plan.placement,
+            placement=plan.describe(),
             n_ctx=llm.n_ctx(),
             path=str(path),
         )

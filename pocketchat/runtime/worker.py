@@ -230,7 +230,7 @@ class WorkerEngine:
         child.close()
         self.plan = plan
         self.info = EngineInfo(backend=plan.backend, model=name or path.stem,
-                               placement=plan.placement, n_ctx=plan.n_ctx, path=str(path))
+                               placement=plan.describe(), n_ctx=plan.n_ctx, path=str(path))
         self.progress: tuple[str, float] = ("starting", 0.0)
         self.ready = False
         self._on_progress = on_progress
