@@ -130,3 +130,16 @@ class ContextOverflow(EngineError, ValueError):
         )
         self.prompt_tokens = prompt_tokens
         self.limit = limit
+
+
+class MetalBudgetExceeded(ModelTooLarge):
+    """A model (weights + KV cache) larger than Metal's recommended GPU working set on a Mac."""
+
+    def __init__(self, message: str, *, need_bytes: int, budget_bytes: int,
+                 total_bytes: int | None = None, suggested_limit_mb: int | None = None,
+                 hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.need_bytes = need_bytes
+        self.budget_bytes = budget_bytes
+        self.total_bytes = total_bytes
+        self.suggested_limit_mb = suggested_limit_mb  # None: raising the limit cannot help

@@ -1,0 +1,356 @@
+"""The MLX backend, in this process: `MlxEngine(plan, path)` implements `Engine` with mlx-lm.
+
+Loading: the folder is checked first (`mlxmodel.check_mlx_folder`: config, weights, tokenizer,
+no cut safetensors), then, on a Metal GPU, its weights and KV cache are compared with Metal's
+recommended working set (`mlxmodel.check_metal_budget`), then `mlx_lm.load` reads it. mlx and
+mlx-lm are imported only here, when an engine is made; without them: `BackendMissing`.
+
+One answer, step by step:
+1. the conversation is fitted into the window (`context.fit_messages`, oldest turns out);
+2. the prompt comes from the model's own chat template through the tokenizer
+   (`enable_thinking=False` when thinking is off);
+3. the conversation's prompt cache (`mlxcache.PromptCache`) keeps the longest prefix it shares
+   with the new prompt, so a turn processes only its new tokens; caches that cannot be trimmed
+   (linear-attention layers) restart from a checkpoint taken at the end of the last user
+   message, which this step processes and saves before the generation prompt;
+4. `mlx_lm.stream_generate` processes the rest and samples (`make_sampler` from the plan's
+   sampling, overridden by ChatOptions; ignore_eos masks the end-of-turn tokens' logits);
+   cancel() is seen between prompt batches (`plan.n_batch` tokens) and after every token;
+5. text goes through `thinking.ThinkSplitter`;
+6. the stats are mlx-lm's own (`GenerationResponse`): prompt tokens and prompt tok/s, generated
+   tokens and generation tok/s, peak memory. Seconds are derived from them (tokens / tok/s),
+   so `Stats.decode_tok_s` is exactly mlx-lm's generation figure and `prompt_tok_s` its
+   prompt figure. Prompt tokens are the tokens processed for this answer, not the cached ones.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+from pocketchat.errors import CorruptModel, EngineError, ModelTooLarge, PocketchatError
+from pocketchat.runtime.context import fit_messages, reply_reserve
+from pocketchat.runtime.engine import ChatOptions, Chunk, EngineInfo, Message, Stats
+from pocketchat.runtime.mlxcache import PromptCache
+from pocketchat.runtime.mlxmodel import (
+    check_metal_budget,
+    check_mlx_folder,
+    import_mlx,
+    kv_cache_bytes,
+)
+from pocketchat.runtime.template import CHATML, EMPTY_THINK
+from pocketchat.runtime.thinking import ThinkSplitter
+from pocketchat.types import LoadPlan
+
+ProgressFn = Callable[[str, float], None]
+END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>")
+MIN_STEP, MAX_STEP = 32, 2048
+
+
+class _Cancelled(Exception):
+    """Raised from mlx-lm's prompt progress callback to stop a long prompt."""
+
+
+def _load_error(name: str, exc: BaseException) -> PocketchatError:
+    text = f"{type(exc).__name__}: {exc}"
+    low = str(exc).lower()
+    if isinstance(exc, MemoryError) or "out of memory" in low or "failed to allocate" in low:
+        return ModelTooLarge(f"not enough memory to load {name}: {text}",
+                             hint="Pick a smaller build, or close other programs.")
+    if "not supported" in low and "model type" in low:
+        return EngineError(f"this mlx-lm cannot run {name}: {exc}",
+                           hint="Update mlx-lm (pip install -U mlx-lm), or use a GGUF build.")
+    if "trust_remote_code" in low:
+        return EngineError(f"{name} needs custom model code, which pocketchat does not run: {exc}")
+    return CorruptModel(f"{name} is not a loadable MLX model: {text}")
+
+
+class MlxEngine:
+    """An MLX model folder served by mlx-lm in this process (the app uses it through
+    `worker.WorkerEngine`). The constructor checks and loads the model and returns when it
+    is ready; `on_progress(stage, fraction)` reports the stages."""
+
+    def __init__(self, plan: LoadPlan, path: Path, *, name: str | None = None,
+                 on_progress: ProgressFn | None = None) -> None:
+        path = Path(path)
+        if on_progress:
+            on_progress("checking", 0.0)
+        self.folder = check_mlx_folder(path)
+        mx, mlx_lm = import_mlx()
+        self._mx = mx
+        self.plan = plan
+        self.device = mx.cpu if plan.placement == "cpu" else mx.default_device()
+        metal = self.device == mx.gpu and mx.metal.is_available()
+        n_ctx = plan.n_ctx
+        if self.folder.context_length:
+            n_ctx = min(n_ctx, self.folder.context_length)
+        self.n_ctx = max(1, n_ctx)
+        if metal:
+            dev = mx.device_info()
+            check_metal_budget(self.folder.size_bytes, kv_cache_bytes(self.folder.config, self.n_ctx),
+                               dev.get("max_recommended_working_set_size"), dev.get("memory_size"))
+        if on_progress:
+            on_progress("loading", 0.0)
+        try:
+            with mx.stream(self.device):
+                self._model, self._tok = mlx_lm.load(str(path))
+        except PocketchatError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - mlx-lm raises ValueError, RuntimeError, OSError...
+            raise _load_error(self.folder.name, exc) from exc
+        self._stream = mx.new_thread_local_stream(self.device)
+        self._add_end_of_turn_tokens()
+        self._template_source = self._tok.chat_template or ""
+        self._has_template = bool(getattr(self._tok, "has_chat_template", self._template_source))
+        if not self._has_template:
+            self._template_source = CHATML
+        self._knows_switch = "enable_thinking" in self._template_source
+        self._mentions_think = "<think>" in self._template_source
+        self._bos = self._tok.bos_token
+        self._cache = PromptCache(self._model)
+        self._step = max(MIN_STEP, min(MAX_STEP, plan.n_batch))
+        self._cancel = threading.Event()
+        self._busy = threading.Lock()
+        self._active = False
+        self._closed = False
+        self.info = EngineInfo(
+            backend="mlx",
+            model=name or self.folder.name,
+            placement="Metal GPU" if metal else ("GPU" if self.device == mx.gpu else "CPU"),
+            n_ctx=self.n_ctx,
+            path=str(path),
+        )
+        if on_progress:
+            on_progress("ready", 1.0)
+
+    def _add_end_of_turn_tokens(self) -> None:
+        """Stop on the template's end-of-turn token even when the config names only <eos>."""
+        vocab = self._tok.get_vocab()
+        ids = set(self._tok.eos_token_ids)
+        ids.update(vocab[t] for t in END_OF_TURN if t in vocab)
+        self._tok.eos_token_ids = ids
+
+    # -- Engine -----------------------------------------------------------------------------
+
+    def chat(self, messages: Sequence[Message], options: ChatOptions | None = None
+             ) -> Iterator[Chunk]:
+        return self._chat(tuple(messages), options or ChatOptions())
+
+    def cancel(self) -> None:
+        if self._active:
+            self._cancel.set()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._cancel.set()
+        got = self._busy.acquire(timeout=2.0)  # let an answer in another thread stop first
+        try:
+            self._model = self._tok = None
+            self._cache = None
+            self._mx.clear_cache()
+        finally:
+            if got:
+                self._busy.release()
+
+    # -- prompt -----------------------------------------------------------------------------
+
+    def _render(self, messages: Sequence[Message], thinking: bool, *,
+                generation: bool = True) -> str:
+        dicts = [{"role": m.role, "content": m.content} for m in messages]
+        kwargs: dict[str, Any] = {"enable_thinking": thinking}
+        if not self._has_template:
+            kwargs["chat_template"] = CHATML
+        try:
+            text = self._tok.apply_chat_template(dicts, tokenize=False,
+                                                 add_generation_prompt=generation, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - jinja errors, the template's raise_exception
+            raise EngineError(f"the chat template rejected the conversation: {exc}",
+                              hint="Start a new conversation; if it happens again, report it.") from exc
+        if generation and not thinking and self._mentions_think and not self._knows_switch:
+            tail = text.rstrip()
+            if tail.endswith("<think>"):
+                text = tail + "\n\n</think>\n\n"
+            elif not tail.endswith("</think>"):
+                text += EMPTY_THINK
+        return text
+
+    def _encode(self, text: str) -> list[int]:
+        add_special = self._bos is None or not text.startswith(self._bos)
+        return list(self._tok.encode(text, add_special_tokens=add_special))
+
+    def _prompt(self, messages: tuple[Message, ...], opts: ChatOptions
+                ) -> tuple[list[int], bool, int, int | None]:
+        """(tokens, starts inside <think>, dropped messages, checkpoint position or None)."""
+        rendered: dict[tuple[Message, ...], tuple[str, list[int]]] = {}
+
+        def count(ms: Sequence[Message]) -> int:
+            key = tuple(ms)
+            if key not in rendered:
+                text = self._render(key, opts.thinking)
+                rendered[key] = (text, self._encode(text))
+            return len(rendered[key][1])
+
+        budget = self.n_ctx - reply_reserve(self.n_ctx, opts.max_tokens)
+        fitted = fit_messages(messages, count, budget)
+        count(fitted.messages)
+        text, tokens = rendered[fitted.messages]
+        stable = None
+        if not self._cache.trimmable:  # where to checkpoint: before the generation prompt
+            head = self._encode(self._render(fitted.messages, opts.thinking, generation=False))
+            if 0 < len(head) < len(tokens) and tokens[: len(head)] == head:
+                stable = len(head)
+        return tokens, text.rstrip().endswith("<think>"), fitted.dropped, stable
+
+    # -- one answer -------------------------------------------------------------------------
+
+    def _chat(self, messages: tuple[Message, ...], opts: ChatOptions) -> Iterator[Chunk]:
+        if self._closed:
+            raise EngineError("the engine is closed", hint="Open the model again.")
+        if not self._busy.acquire(blocking=False):
+            raise EngineError("the engine is already answering; cancel that answer first")
+        self._cancel.clear()
+        self._active = True
+        try:
+            yield from self._answer(messages, opts)
+        finally:
+            self._active = False
+            self._cancel.clear()
+            self._busy.release()
+
+    def _sampling(self, opts: ChatOptions) -> tuple[Any, list[Any]]:
+        from mlx_lm.sample_utils import make_logits_processors, make_sampler
+
+        s = self.plan.sampling
+        sampler = make_sampler(
+            temp=s.temperature if opts.temperature is None else opts.temperature,
+            top_p=s.top_p if opts.top_p is None else opts.top_p,
+            min_p=s.min_p,
+            top_k=s.top_k if opts.top_k is None else opts.top_k,
+        )
+        bias = {t: float("-inf") for t in self._tok.eos_token_ids} if opts.ignore_eos else None
+        penalty = s.repeat_penalty if s.repeat_penalty and s.repeat_penalty != 1.0 else None
+        return sampler, make_logits_processors(logit_bias=bias, repetition_penalty=penalty)
+
+    def _prefill(self, tokens: list[int], done: list) -> None:
+        """Process `tokens` into the cache (no sampling), in batches, cancellable between them;
+        `done` is kept at [tokens processed, seconds]."""
+        mx, cache = self._mx, self._cache
+        t0 = time.perf_counter()
+        with mx.stream(self._stream):
+            for i in range(0, len(tokens), self._step):
+                if self._cancel.is_set():
+                    raise _Cancelled
+                part = tokens[i: i + self._step]
+                self._model(mx.array(part)[None], cache=cache.layers)
+                mx.eval([c.state for c in cache.layers])
+                cache.tokens.extend(part)
+                done[:] = [done[0] + len(part), time.perf_counter() - t0]
+        mx.clear_cache()
+
+    def _answer(self, messages: tuple[Message, ...], opts: ChatOptions) -> Iterator[Chunk]:
+        from mlx_lm.generate import stream_generate
+
+        mx = self._mx
+        started = time.perf_counter()
+        n_ctx = self.n_ctx
+        try:
+            tokens, in_thinking, dropped, stable = self._prompt(messages, opts)
+        except PocketchatError as exc:
+            yield Chunk(stats=Stats(context_limit=n_ctx), finish_reason="error", error=exc.message)
+            return
+        cache = self._cache
+        max_new = n_ctx - len(tokens)
+        if opts.max_tokens is not None:
+            max_new = min(max_new, max(opts.max_tokens, 0))
+        if opts.seed is not None:
+            mx.random.seed(opts.seed)
+        sampler, processors = self._sampling(opts)
+        splitter = ThinkSplitter(in_thinking=in_thinking)
+        own = [0, 0.0]  # prompt tokens processed here before stream_generate, and seconds
+        seen = [0, 0.0]  # prompt tokens stream_generate reported done, when (if it stops early)
+        last: Any = None  # the latest GenerationResponse
+        ttft: float | None = None
+        finish: str | None = None
+        pending = ("", "")  # text of the last response, sent with the final chunk
+
+        def stats() -> Stats:
+            p_tok, p_sec = own
+            g_tok, g_sec = 0, 0.0
+            if last is not None:
+                p_tok += last.prompt_tokens
+                p_sec += last.prompt_tokens / last.prompt_tps if last.prompt_tps > 0 else 0.0
+                g_tok = last.generation_tokens
+                g_sec = g_tok / last.generation_tps if last.generation_tps > 0 else 0.0
+            else:
+                p_tok += seen[0]
+                p_sec += seen[1]
+            return Stats(prompt_tokens=p_tok, prompt_seconds=p_sec, generated_tokens=g_tok,
+                         decode_seconds=g_sec, ttft_seconds=ttft, context_used=len(cache.tokens),
+                         context_limit=n_ctx, dropped_messages=dropped,
+                         peak_memory_bytes=int(last.peak_memory * 1e9) if last is not None else None)
+
+        gen = None
+        try:
+            reuse = cache.prepare(tokens)
+            if max_new <= 0:
+                finish = "length"
+            else:
+                start = reuse.keep
+                if stable is not None and stable > start:
+                    self._prefill(tokens[start:stable], own)
+                    cache.save_checkpoint()
+                    start = stable
+                base = start
+                rest = tokens[start:]
+                t_rest = time.perf_counter()
+
+                def progress(done: int, total: int) -> None:
+                    if done < total:  # at done == total the first answer token is in the cache
+                        del cache.tokens[base:]
+                        cache.tokens.extend(rest[:done])
+                        seen[:] = [done, time.perf_counter() - t_rest]
+                        if self._cancel.is_set():
+                            raise _Cancelled
+
+                gen = stream_generate(
+                    self._model, self._tok, rest, max_tokens=max_new, sampler=sampler,
+                    logits_processors=processors or None, prompt_cache=cache.layers,
+                    prefill_step_size=self._step, prompt_progress_callback=progress,
+                    stream=self._stream,
+                )
+                for resp in gen:
+                    if last is None:
+                        ttft = time.perf_counter() - started
+                        cache.tokens[base:] = rest
+                    last = resp
+                    cache.tokens.append(resp.token)  # mlx-lm has fed every token it returns
+                    answer, thinking = splitter.feed(resp.text)
+                    if resp.finish_reason is not None:
+                        finish = resp.finish_reason
+                        pending = (answer, thinking)
+                        break
+                    if answer or thinking:
+                        yield Chunk(text=answer, thinking=thinking, stats=stats())
+                    if self._cancel.is_set():
+                        finish = "cancelled"
+                        break
+                else:
+                    finish = "cancelled" if self._cancel.is_set() else "stop"
+        except _Cancelled:
+            finish = "cancelled"
+        except Exception as exc:  # noqa: BLE001 - a failed answer ends with an error chunk
+            cache.reset(hard=True)
+            yield Chunk(stats=stats(), finish_reason="error", error=f"mlx failed: {type(exc).__name__}: {exc}")
+            return
+        finally:
+            if gen is not None:
+                gen.close()
+        tail_a, tail_t = splitter.flush()
+        final = replace(stats(), peak_memory_bytes=int(mx.get_peak_memory()))
+        yield Chunk(text=pending[0] + tail_a, thinking=pending[1] + tail_t, stats=final,
+                    finish_reason=finish)  # type: ignore[arg-type]
