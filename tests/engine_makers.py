@@ -30,7 +30,17 @@ def make_llama_worker(n_ctx: int):
     return WorkerEngine(llama_plan(n_ctx), starter_path(), name="starter")
 
 
+def make_mlx_in_process(n_ctx: int):
+    pytest.importorskip("mlx_lm")
+    from mlx_fixture import shared_model
+    from pocketchat.runtime.mlx import MlxEngine
+
+    return MlxEngine(LoadPlan(backend="mlx", placement="cpu", n_gpu_layers=0, n_ctx=n_ctx,
+                              n_threads=2, n_threads_batch=2), shared_model(), name="tiny-llama")
+
+
 MAKERS = [
     pytest.param(make_llama_in_process, id="llama.cpp-in-process"),
     pytest.param(make_llama_worker, id="llama.cpp-worker"),
+    pytest.param(make_mlx_in_process, id="mlx-in-process"),
 ]
