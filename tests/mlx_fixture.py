@@ -165,3 +165,41 @@ def shared_model(kind: str = "random") -> Path:
         atexit.register(shutil.rmtree, root, True)
         _shared[kind] = write_tiny_llama(root / f"tiny-llama-{kind}", scripted=kind == "scripted")
     return _shared[kind]
+
+
+def write_tiny_qwen35_moe(folder: Path, *, seed: int = 0) -> Path:
+    """POCKET's architecture family at toy size: model_type qwen3_5_moe, Gated-DeltaNet layers
+    with a full-attention layer every second one, 4 experts (2 active) and a shared expert.
+
+    Its linear-attention state cannot be trimmed, so it exercises the engine's checkpoints.
+    The weights are mlx-lm's own initialisation (this one needs mlx to be written).
+    """
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+    from mlx_lm.utils import _get_classes
+
+    folder = write_tiny_llama(folder, seed=seed)
+    vocab = json.loads((folder / "config.json").read_text())
+    config = {
+        "model_type": "qwen3_5_moe",
+        "architectures": ["Qwen3_5MoeForConditionalGeneration"],
+        "eos_token_id": vocab["eos_token_id"],
+        "text_config": {
+            "model_type": "qwen3_5_moe_text", "hidden_size": HIDDEN, "intermediate_size": 128,
+            "num_hidden_layers": 4, "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS,
+            "head_dim": HIDDEN // HEADS, "vocab_size": vocab["vocab_size"],
+            "max_position_embeddings": CONTEXT, "full_attention_interval": 2,
+            "linear_num_value_heads": 4, "linear_num_key_heads": 2, "linear_key_head_dim": 16,
+            "linear_value_head_dim": 16, "linear_conv_kernel_dim": 4,
+            "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+            "shared_expert_intermediate_size": 32, "tie_word_embeddings": False,
+            "rms_norm_eps": 1e-6,
+        },
+    }
+    (folder / "config.json").write_text(json.dumps(config, indent=1))
+    model_class, args_class = _get_classes(config)
+    mx.random.seed(seed)
+    model = model_class(args_class.from_dict(config))
+    weights = dict(tree_flatten(model.parameters()))
+    mx.save_safetensors(str(folder / "model.safetensors"), weights, metadata={"format": "mlx"})
+    return folder

@@ -264,6 +264,31 @@ def test_untrimmable_cache_restarts_from_the_checkpoint(untrimmable):
         assert a3 == a2
 
 
+def test_pockets_hybrid_architecture_reuses_its_checkpoint(tmp_path):
+    """qwen3_5_moe at toy size: DeltaNet state (ArraysCache) + KV layers, experts."""
+    pytest.importorskip("mlx_lm")
+    from mlx_fixture import write_tiny_qwen35_moe
+    from pocketchat.runtime.mlx import MlxEngine
+
+    folder = write_tiny_qwen35_moe(tmp_path / "hybrid")
+    e = MlxEngine(plan(), folder)
+    try:
+        kinds = {type(c).__name__ for c in e._cache.layers}
+        assert kinds == {"ArraysCache", "KVCache"} and not e._cache.trimmable
+        follow, f1, held, (a2, f2) = two_turns(e)
+        whole = prompt_tokens(e, follow)
+        checkpoint = prompt_tokens(e, QUESTION, generation=False)
+        assert f2.stats.prompt_tokens in (len(whole) - len(held), len(whole) - len(checkpoint))
+        assert f2.stats.prompt_tokens < len(whole)
+        fresh = MlxEngine(plan(), folder)
+        try:
+            assert run(fresh, follow, GREEDY)[0] == a2
+        finally:
+            fresh.close()
+    finally:
+        e.close()
+
+
 def test_untrimmable_cache_starts_over_when_the_start_changed(untrimmable):
     e = untrimmable
     run(e, QUESTION, GREEDY)
