@@ -348,6 +348,36 @@ def test_cancel_during_a_long_prompt_stops_at_the_next_batch(monkeypatch):
     e.close()
 
 
+def test_an_abandoned_answer_leaves_the_cache_consistent(eng):
+    chunks = eng.chat(QUESTION, ChatOptions(max_tokens=200, ignore_eos=True))
+    seen = [next(chunks) for _ in range(4)]
+    chunks.close()  # the caller stops reading (a UI that went away)
+    answer = "".join(c.text for c in seen)
+    follow = [*QUESTION, Message("assistant", answer), Message("user", "Go on.")]
+    a2, _, f2 = run(eng, follow, GREEDY)
+    assert f2.stats.prompt_tokens < len(prompt_tokens(eng, follow))
+    assert a2 == fresh_answer(follow)
+
+
+def test_a_failure_mid_answer_is_an_error_chunk_and_the_next_answer_starts_clean(eng, monkeypatch):
+    gen_mod = importlib.import_module("mlx_lm.generate")
+    real = gen_mod.stream_generate
+
+    def failing(*a, **kw):
+        for i, r in enumerate(real(*a, **kw)):
+            if i == 3:
+                raise RuntimeError("[metal] command buffer failed")
+            yield r
+
+    monkeypatch.setattr(gen_mod, "stream_generate", failing)
+    _, _, final = run(eng, QUESTION, ChatOptions(max_tokens=50, ignore_eos=True))
+    assert final.finish_reason == "error" and "command buffer failed" in final.error
+    monkeypatch.setattr(gen_mod, "stream_generate", real)
+    _, _, after = run(eng, QUESTION, GREEDY)
+    assert after.finish_reason == "length"
+    assert after.stats.prompt_tokens == len(prompt_tokens(eng, QUESTION))  # nothing trusted
+
+
 def test_cancel_with_nothing_in_flight_is_ignored(eng):
     eng.cancel()
     assert run(eng, QUESTION, ChatOptions(max_tokens=3, ignore_eos=True))[2].finish_reason == "length"

@@ -343,8 +343,12 @@ class MlxEngine:
                     finish = "cancelled" if self._cancel.is_set() else "stop"
         except _Cancelled:
             finish = "cancelled"
-        except Exception as exc:  # noqa: BLE001 - a failed answer ends with an error chunk
-            cache.reset(hard=True)
+        except GeneratorExit:  # the caller stopped reading: the cache matches its tokens
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a failed answer ends with an error chunk
+            cache.reset(hard=True)  # stopped mid-computation: its state is unknown
+            if not isinstance(exc, Exception):
+                raise  # KeyboardInterrupt, SystemExit
             yield Chunk(stats=stats(), finish_reason="error", error=f"mlx failed: {type(exc).__name__}: {exc}")
             return
         finally:

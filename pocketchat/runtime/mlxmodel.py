@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +37,14 @@ def install_hint() -> str:
 
 
 def import_mlx() -> tuple[Any, Any]:
-    """(mlx.core, mlx_lm), or BackendMissing when they are absent or cannot load."""
+    """(mlx.core, mlx_lm), or BackendMissing when they are absent or cannot load.
+
+    transformers (mlx-lm's tokenizers) prints a notice about PyTorch to stderr when imported;
+    in the worker process that would land on the chat's terminal, so it is told to keep quiet
+    unless POCKETCHAT_DEBUG is set or the user chose a verbosity.
+    """
+    if not os.environ.get("POCKETCHAT_DEBUG"):
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     try:
         import mlx.core as mx
         import mlx_lm
