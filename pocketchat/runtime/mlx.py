@@ -89,7 +89,8 @@ class MlxEngine:
             n_ctx = min(n_ctx, self.folder.context_length)
         self.n_ctx = max(1, n_ctx)
         if metal:
-            dev = mx.device_info()
+            info = getattr(mx, "device_info", None) or mx.metal.device_info  # mlx < 0.29
+            dev = info()
             check_metal_budget(self.folder.size_bytes, kv_cache_bytes(self.folder.config, self.n_ctx),
                                dev.get("max_recommended_working_set_size"), dev.get("memory_size"))
         if on_progress:
@@ -103,7 +104,7 @@ class MlxEngine:
             raise _load_error(self.folder.name, exc) from exc
         self._stream = mx.new_thread_local_stream(self.device)
         self._add_end_of_turn_tokens()
-        self._template_source = self._tok.chat_template or ""
+        self._template_source = str(self._tok.chat_template or "")
         self._has_template = bool(getattr(self._tok, "has_chat_template", self._template_source))
         if not self._has_template:
             self._template_source = CHATML
