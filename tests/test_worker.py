@@ -44,6 +44,25 @@ def test_kill_9_mid_answer_is_engine_crashed_and_a_new_engine_works(starter_gguf
         again.close()
 
 
+def test_native_output_goes_to_a_log_and_its_tail_is_in_the_crash_message(starter_gguf):
+    eng = WorkerEngine(llama_plan(512), starter_gguf)
+    # What llama.cpp prints before an abort lands in the worker's log, not on the chat screen.
+    with open(eng.log_path, "a") as log:
+        log.write("GGML_ASSERT(n_tokens <= n_batch) failed\n")
+    os.kill(eng.pid, signal.SIGABRT)
+    with pytest.raises(EngineCrashed) as info:
+        list(eng.chat([Message("user", "hi")], LONG))
+    assert "SIGABRT" in info.value.message
+    assert "GGML_ASSERT(n_tokens <= n_batch) failed" in info.value.message
+    assert eng.log_path in info.value.message
+    eng.close()
+    assert os.path.exists(eng.log_path)  # kept for the bug report
+
+    fine = WorkerEngine(llama_plan(512), starter_gguf)
+    fine.close()
+    assert not os.path.exists(fine.log_path)
+
+
 def test_segfault_is_reported_with_its_signal_name():
     assert "SIGSEGV" in describe_exit(-signal.SIGSEGV)
     assert "SIGABRT" in describe_exit(-signal.SIGABRT)

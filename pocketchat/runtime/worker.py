@@ -27,6 +27,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import multiprocessing
+import os
 import multiprocessing.connection
 import queue
 import signal
@@ -84,8 +85,42 @@ def _merge(chunks: list[Chunk]) -> Chunk:
     )
 
 
-def _child_main(conn: Any, plan: LoadPlan, path: str, name: str | None) -> None:
+def _redirect_output(log_path: str | None) -> None:
+    """Send the child's stdout/stderr (native logs, warnings, abort messages) to a log file.
+
+    Done at the descriptor level, so C code writing to fd 1/2 cannot draw over the chat.
+    """
+    if not log_path:
+        return
+    try:
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except OSError:
+        return
+    for target in (1, 2):
+        os.dup2(fd, target)
+    os.close(fd)
+
+
+def log_tail(log_path: str | None, lines: int = 3) -> str:
+    """The last non-empty lines the child wrote, for a crash message."""
+    if not log_path:
+        return ""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(f.tell() - 8192, 0))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    kept = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return " | ".join(kept[-lines:])
+
+
+def _child_main(conn: Any, plan: LoadPlan, path: str, name: str | None,
+                log_path: str | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the parent
+    _redirect_output(log_path)
     send_lock = threading.Lock()
 
     def send(msg: tuple) -> None:
@@ -224,7 +259,11 @@ class WorkerEngine:
         path = Path(path)
         ctx = multiprocessing.get_context("spawn")
         self._conn, child = ctx.Pipe(duplex=True)
-        self._proc = ctx.Process(target=_child_main, args=(child, plan, str(path), name),
+        from pocketchat.paths import settings
+
+        self.log_path = str(settings().cache_dir / f"worker-{os.getpid()}.log")
+        self._proc = ctx.Process(target=_child_main,
+                                 args=(child, plan, str(path), name, self.log_path),
                                  name="pocketchat-engine", daemon=True)
         self._proc.start()
         child.close()
@@ -262,7 +301,11 @@ class WorkerEngine:
         if self._crash is None:
             self._proc.join(5)
             code = self._proc.exitcode
-            self._crash = EngineCrashed(f"the model worker {describe_exit(code)} {when}", exitcode=code)
+            message = f"the model worker {describe_exit(code)} {when}"
+            tail = log_tail(self.log_path)
+            if tail:
+                message += f"; its last output: {tail} (full log: {self.log_path})"
+            self._crash = EngineCrashed(message, exitcode=code)
         return self._crash
 
     def _recv(self, timeout: float | None = None, when: str = "") -> tuple | None:
@@ -368,3 +411,8 @@ class WorkerEngine:
         if self._current:
             self.cancel()
         self._finalizer()
+        if self._crash is None:  # keep a crashed worker's log for the bug report
+            try:
+                os.unlink(self.log_path)
+            except OSError:
+                pass
