@@ -125,13 +125,16 @@ def run(args: argparse.Namespace) -> int:
                    bench_tg(engine, args.n_gen, args.repetitions, rng)]
     finally:
         engine.close()
-    size = choice.path.stat().st_size if choice.path.is_file() else None
+    from pocketchat.commands.common import model_size
+
+    size = model_size(choice.path)
     if args.json:
         print(json.dumps({
             "model": choice.name, "path": str(choice.path), "size_bytes": size,
             "backend": engine.info.backend, "placement": plan.placement,
+            "placement_detail": engine.info.placement,
             "n_threads": plan.n_threads, "n_threads_batch": plan.n_threads_batch,
-            "n_gpu_layers": plan.n_gpu_layers, "n_ctx": plan.n_ctx, "cpu_moe": plan.cpu_moe,
+            "n_gpu_layers": plan.n_gpu_layers, "n_ctx": engine.info.n_ctx, "cpu_moe": plan.cpu_moe,
             "flash_attn": plan.flash_attn, "kv_type": plan.kv_type,
             "worker": not args.in_process,
             "results": [{"test": r.test, "tokens": r.tokens, "tok_s": round(r.mean, 2),
@@ -139,14 +142,15 @@ def run(args: argparse.Namespace) -> int:
                         for r in results],
         }, indent=2))
         return 0
-    print(_table(choice.name, size, engine.info.backend, plan, results))
+    print(_table(choice.name, size, engine.info, plan, results))
     return 0
 
 
-def _table(name: str, size: int | None, backend: str, plan, results: list[Result]) -> str:
+def _table(name: str, size: int | None, info, plan, results: list[Result]) -> str:
     size_s = f"{size / 1024**3:.2f} GiB" if size else "-"
     head = ["model", "size", "backend", "placement", "threads", "test", "t/s"]
-    rows = [[name, size_s, backend, plan.placement, str(plan.n_threads), r.test,
+    threads = str(plan.n_threads) if plan.backend == "llama.cpp" else "-"
+    rows = [[name, size_s, info.backend, plan.placement, threads, r.test,
              f"{r.mean:.2f} ± {r.stdev:.2f}"] for r in results]
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
     line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731

@@ -55,7 +55,7 @@ def choose_model(args: argparse.Namespace, *, confirm=None, progress=None) -> Mo
             raise ModelNotFound(f"no model file at {path}",
                                 hint="Give the path of a .gguf file or an MLX model folder.")
         backend = "mlx" if path.is_dir() else "llama.cpp"
-        plan = fit.plan_for_file(profile, _size(path), n_ctx=args.ctx, backend=backend, name=path.name)
+        plan = fit.plan_for_file(profile, model_size(path), n_ctx=args.ctx, backend=backend, name=path.name)
         return ModelChoice(name=path.name, path=path, plan=plan)
 
     from pocketchat.runtime import store
@@ -68,7 +68,7 @@ def choose_model(args: argparse.Namespace, *, confirm=None, progress=None) -> Mo
         if build is None:  # REPO:QUANT or REPO/FILE
             resolved = store.resolve(spec, offline=offline)
             path = store.ensure(resolved, offline=offline, confirm=confirm, progress=progress)
-            plan = fit.plan_for_file(profile, _size(path), n_ctx=args.ctx, name=path.name)
+            plan = fit.plan_for_file(profile, model_size(path), n_ctx=args.ctx, name=path.name)
             return ModelChoice(name=path.name, path=path, plan=plan)
         cand = fit.judge(build, profile, lang=args.lang, n_ctx=args.ctx, backend=args.backend,
                          downloaded=store.local_path(build) is not None, forced=True)
@@ -87,7 +87,8 @@ def choose_model(args: argparse.Namespace, *, confirm=None, progress=None) -> Mo
     return ModelChoice(name=build.id, path=path, plan=rec.recommended.plan, build=build, recommendation=rec)
 
 
-def _size(path: Path) -> int:
+def model_size(path: Path) -> int:
+    """Bytes of a model file, or of every file in an MLX folder."""
     if path.is_dir():
         return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
     return path.stat().st_size

@@ -1,0 +1,46 @@
+"""`pocketchat bench` through the real CLI: llama.cpp on the starter model and MLX on a tiny model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def bench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pocketchat", "bench", *args, "--json"],
+                          capture_output=True, text=True, timeout=300)
+
+
+def check(r: subprocess.CompletedProcess, n_prompt: int, n_gen: int) -> dict:
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    by_test = {x["test"]: x for x in data["results"]}
+    assert set(by_test) == {f"pp{n_prompt}", f"tg{n_gen}"}
+    for x in by_test.values():
+        assert x["tok_s"] > 0 and all(run > 0 for run in x["runs"])
+    assert by_test[f"tg{n_gen}"]["tokens"] == n_gen
+    assert data["size_bytes"] > 0 and data["worker"] is True
+    return data
+
+
+def test_bench_starter_through_the_worker():
+    data = check(bench("--model", "starter", "-p", "64", "-n", "16", "-r", "2"), 64, 16)
+    assert data["backend"] == "llama.cpp" and data["placement"] == "cpu"
+    assert data["n_threads"] >= 1
+
+
+def test_bench_mlx_folder(tmp_path):
+    pytest.importorskip("mlx_lm")
+    from mlx_fixture import write_tiny_llama
+
+    folder = write_tiny_llama(tmp_path / "tiny-mlx")
+    data = check(bench("--model", str(folder), "--backend", "mlx", "-p", "32", "-n", "8", "-r", "1"), 32, 8)
+    assert data["backend"] == "mlx"
+
+
+def test_bench_missing_model_is_one_message(tmp_path):
+    r = bench("--model", str(tmp_path / "nope.gguf"))
+    assert r.returncode == 1 and "no model file" in r.stderr and "Traceback" not in r.stderr
