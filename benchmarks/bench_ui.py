@@ -118,11 +118,19 @@ def main() -> int:
     p.add_argument("--tokens", type=int, default=256)
     p.add_argument("--ctx", type=int, default=2048)
     p.add_argument("--skip-bench-command", action="store_true")
+    p.add_argument("--threads", type=int, default=None,
+                   help="model threads (default: the plan's, the physical cores); fewer than the\n"
+                        "cores leaves one for the UI, which shows what the UI costs by itself")
     a = p.parse_args()
     os.environ.setdefault("POCKETCHAT_DATA_DIR", tempfile.mkdtemp(prefix="pocketchat-bench-"))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     choice = choose(a.ctx)
+    if a.threads:
+        from dataclasses import replace
+
+        choice = replace(choice, plan=replace(choice.plan, n_threads=a.threads, n_threads_batch=a.threads))
+        a.skip_bench_command = True
     print(f"model {choice.name}; {choice.plan.describe()}; ctx {a.ctx}; "
           f"{a.tokens} tokens x {a.runs} runs (+1 warm-up each)")
     t0 = time.monotonic()
