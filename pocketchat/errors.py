@@ -81,7 +81,8 @@ class OfflineError(PocketchatError, ConnectionError):
 class CorruptModel(PocketchatError, ValueError):
     """A model file that is truncated, corrupt or not a model at all."""
 
-    hint = "Delete it with `pocketchat models rm` and download it again."
+    hint = ("If pocketchat downloaded it, remove it with `pocketchat models rm NAME` and download it "
+            "again; otherwise get a fresh copy of the file.")
 
 
 class ModelTooLarge(PocketchatError, MemoryError):
