@@ -169,3 +169,15 @@ def test_faster_placement_wins_between_equal_quality():
     assert rec.recommended.estimated_decode_tok_s > next(
         c for c in recommend("linux-32gb").candidates if c.build.id == "POCKET-35B-Q4_K_M"
     ).estimated_decode_tok_s
+
+
+def test_local_file_plan_shrinks_context_then_refuses_with_figures():
+    from pocketchat.errors import ModelTooLarge
+
+    laptop = load_profile(PROFILES / "laptop-8gb.json")
+    small = fit.plan_for_file(laptop, 100 * 1024**2, name="tiny.gguf")
+    assert small.n_ctx == 8192 and small.placement == "cpu"
+    with pytest.raises(ModelTooLarge, match=r"big.gguf needs about .* GB at 2048 context; only"):
+        fit.plan_for_file(laptop, 20 * 1024**3, name="big.gguf")
+    gpu_box = load_profile(PROFILES / "linux-24gb-nvidia-32gb.json")
+    assert fit.plan_for_file(gpu_box, 5 * 1024**3, name="m.gguf").n_gpu_layers == -1

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Iterable
 
-from pocketchat.errors import UsageError
+from pocketchat.errors import ModelTooLarge, UsageError
 from pocketchat.select import estimate as est
 from pocketchat.select.estimate import fmt_gb
 from pocketchat.types import GPU, GiB, Build, Candidate, HardwareProfile, LoadPlan, Recommendation, Sampling
@@ -250,7 +250,16 @@ def plan_for_file(profile: HardwareProfile, size_bytes: int, *, n_ctx: int | Non
                   size_bytes=size_bytes, bits_per_weight=0.0, total_params=1.0, active_params=1.0,
                   expert_fraction=0.0, n_experts=1)
     wanted = n_ctx or min(DEFAULT_CTX, max_ctx or DEFAULT_CTX)
-    fit = choose_fit(build, profile, wanted, backend)
-    if fit is None:
-        fit = Fit("cpu", 0, False, build.size_bytes, False, "")
-    return make_plan(build, fit, wanted, profile, sampling or Sampling(0.7, 0.9, 40, 0.05, 1.1))
+    steps = [wanted] if n_ctx else [wanted] + [c for c in CTX_STEPS if c < wanted]
+    for ctx in steps:
+        fit = choose_fit(build, profile, ctx, backend)
+        if fit is not None:
+            return make_plan(build, fit, ctx, profile, sampling or Sampling(0.7, 0.9, 40, 0.05, 1.1))
+    options = placements(build, profile, steps[-1], backend)
+    where = options[-1].where if options else "no backend can run it here"
+    raise ModelTooLarge(
+        f"{name} needs about {fmt_gb(est.memory_need(build, steps[-1]).total)} at {steps[-1]} "
+        f"context; only {where}",
+        hint="Close other programs, pass a smaller --ctx, or pick a smaller model "
+             "(`pocketchat --recommend` lists the builds that fit).",
+    )

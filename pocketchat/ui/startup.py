@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING, Callable
 
 from textual.message import Message
 
-from pocketchat import errors as _errors
 from pocketchat.errors import (
     AmbiguousModel,
     ConfigError,
+    DownloadDeclined,
     GatedRepo,
     HardwareProfileError,
     ModelNotFound,
+    ModelTooLarge,
     NothingFits,
     OfflineError,
     UsageError,
@@ -41,10 +42,10 @@ FATAL_AT_START: tuple[type[BaseException], ...] = (
     ModelNotFound,
     AmbiguousModel,
     NothingFits,
+    ModelTooLarge,  # restarting will not make it fit
     GatedRepo,
     OfflineError,  # offline and the starter model declined
-) + tuple(  # the user said no to the download (errors.DownloadDeclined, where it exists)
-    e for e in [getattr(_errors, "DownloadDeclined", None)] if isinstance(e, type)
+    DownloadDeclined,  # the user said no to the download
 )
 
 
