@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pocketchat.select.catalog import bytes_per_token, expert_bytes
-from pocketchat.types import GPU, GiB, MiB, Build
+from pocketchat.types import GPU, MiB, Build
 
 # KV cache at F16: only the 10 full-attention layers hold one:
 # 10 layers x 2 KV heads x 256 head dim x 2 (K and V) x 2 bytes.
@@ -136,13 +136,3 @@ def fmt_gb(n: float) -> str:
     """Bytes as GB with one decimal, the unit the model card uses."""
     return f"{n / 1e9:.1f} GB"
 
-
-__all__ = [
-    "GiB",
-    "MemoryNeed",
-    "memory_need",
-    "split_experts",
-    "decode_tok_s",
-    "gpu_bandwidth_gbps",
-    "fmt_gb",
-]
