@@ -62,7 +62,7 @@ def run_hf(root: Path, endpoint: str) -> float:
 
 
 def run_pocketchat(root: Path, endpoint: str) -> float:
-    from pocketchat.runtime import store
+    from pocketchat.store import api as store
 
     fresh_env(root)
     t0 = time.perf_counter()

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pocketchat.runtime.engine import ChatOptions, Message  # noqa: E402
+from pocketchat.engines.types import ChatOptions, Message  # noqa: E402
 from pocketchat.types import LoadPlan  # noqa: E402
 
 PROMPT = "Write a long story about a lighthouse keeper and the sea."
@@ -50,8 +50,8 @@ def pocketchat_once(eng, i: int, n_gen: int) -> float:
 def _llama(path: Path, **kwargs):
     import llama_cpp
 
-    from pocketchat.runtime import moe
-    from pocketchat.runtime.llamaload import model_params_hook
+    from pocketchat.engines.llamacpp import moe
+    from pocketchat.engines.llamacpp.load import model_params_hook
 
     amx = "AMX" in moe.cpu_extra_buffer_types(llama_cpp)
 
@@ -89,7 +89,7 @@ def fmt(xs: list[float]) -> str:
 
 
 def main() -> int:
-    from pocketchat.runtime.starter import starter_path
+    from pocketchat.store.starter import starter_path
     from pocketchat.types import Sampling
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -104,7 +104,7 @@ def main() -> int:
     sampling = Sampling()  # LoadPlan's default sampling: the same for all three
     print(f"model {path.name}, tg{args.n_gen}, {args.repetitions} runs each, threads {args.threads}")
 
-    from pocketchat.runtime.worker import WorkerEngine
+    from pocketchat.engines.worker import WorkerEngine
 
     eng = WorkerEngine(plan, path)
     bare = _llama(path, n_ctx=n_ctx, n_batch=512, n_ubatch=512, n_threads=args.threads,

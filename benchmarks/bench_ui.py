@@ -43,14 +43,14 @@ def choose(ctx: int):
 
 
 def options(tokens: int):
-    from pocketchat.runtime.engine import ChatOptions
+    from pocketchat.engines.types import ChatOptions
 
     return ChatOptions(max_tokens=tokens, temperature=0.0, seed=1, thinking=False,
                        ignore_eos=True)
 
 
 def headless_run(engine, tokens: int) -> float:
-    from pocketchat.runtime.engine import Message
+    from pocketchat.engines.types import Message
 
     last = None
     for chunk in engine.chat([Message("user", PROMPT)], options(tokens)):
@@ -62,7 +62,7 @@ def measure(choice, runs: int, tokens: int) -> tuple[list[float], list[float], l
     """Alternate headless and in-app answers, so both see the same load on the machine."""
     from uitools import ready, send, status_text
 
-    from pocketchat.runtime import open_engine
+    from pocketchat.engines import open_engine
     from pocketchat.ui.app import create_app
 
     base: list[float] = []

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from pocketchat.paths import settings
-from pocketchat.runtime.engine import Message, Stats
+from pocketchat.engines.types import Message, Stats
 
 log = logging.getLogger(__name__)
 

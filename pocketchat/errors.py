@@ -17,6 +17,16 @@ class PocketchatError(Exception):
     def message(self) -> str:
         return str(self.args[0]) if self.args else ""
 
+    def __reduce__(self):  # keep the class, message, hint and every field across a pipe
+        return (_restore, (type(self), self.args, dict(self.__dict__)))
+
+
+def _restore(cls: type, args: tuple, state: dict) -> "PocketchatError":
+    exc = cls.__new__(cls)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc
+
 
 class UsageError(PocketchatError, ValueError):
     """A command-line argument that cannot be used."""
@@ -26,16 +36,8 @@ class HardwareProfileError(PocketchatError, ValueError):
     """A hardware-profile JSON file that is malformed or has unknown keys."""
 
 
-class ProbeError(PocketchatError, RuntimeError):
-    """A hardware source that failed in a way the probe could not work around."""
-
-
 class NothingFits(PocketchatError, MemoryError):
     """No build fits this machine."""
-
-
-class ConfigError(PocketchatError, ValueError):
-    """A settings file that cannot be read."""
 
 
 class ModelNotFound(PocketchatError, FileNotFoundError):

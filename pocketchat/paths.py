@@ -1,9 +1,8 @@
 """Every environment variable and directory pocketchat uses, read in one place.
 
 Variables:
-  POCKETCHAT_DATA_DIR    conversations and settings (default: platformdirs user data dir)
+  POCKETCHAT_DATA_DIR    conversations (default: platformdirs user data dir)
   POCKETCHAT_CACHE_DIR   probe caches such as the bandwidth figure (default: user cache dir)
-  POCKETCHAT_CONFIG_DIR  config.json (default: user config dir)
   POCKETCHAT_DEBUG       1 = show tracebacks
   POCKETCHAT_OFFLINE     1 = never touch the network (same as --offline; HF_HUB_OFFLINE too)
   HF_ENDPOINT, HF_TOKEN, HF_HOME, HF_HUB_CACHE: as huggingface-hub reads them; read here too
@@ -30,7 +29,6 @@ def _flag(name: str) -> bool:
 class Settings:
     data_dir: Path
     cache_dir: Path
-    config_dir: Path
     hf_cache_dir: Path
     hf_endpoint: str
     hf_token: str | None
@@ -40,10 +38,6 @@ class Settings:
     @property
     def conversations_dir(self) -> Path:
         return self.data_dir / "conversations"
-
-    @property
-    def config_file(self) -> Path:
-        return self.config_dir / "config.json"
 
     @property
     def bandwidth_cache(self) -> Path:
@@ -71,9 +65,6 @@ def settings() -> Settings:
     return Settings(
         data_dir=_dir("POCKETCHAT_DATA_DIR", platformdirs.user_data_dir(APP, appauthor=False)),
         cache_dir=_dir("POCKETCHAT_CACHE_DIR", platformdirs.user_cache_dir(APP, appauthor=False)),
-        config_dir=_dir(
-            "POCKETCHAT_CONFIG_DIR", platformdirs.user_config_dir(APP, appauthor=False)
-        ),
         hf_cache_dir=_hf_cache_dir(),
         hf_endpoint=os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/"),
         hf_token=os.environ.get("HF_TOKEN") or None,

@@ -19,7 +19,6 @@ def isolated_env(tmp_path_factory, monkeypatch):
     for var, sub in [
         ("POCKETCHAT_DATA_DIR", "data"),
         ("POCKETCHAT_CACHE_DIR", "cache"),
-        ("POCKETCHAT_CONFIG_DIR", "config"),
         ("HF_HOME", "hf"),
         ("HF_HUB_CACHE", "hf/hub"),
     ]:
@@ -38,6 +37,6 @@ def isolated_env(tmp_path_factory, monkeypatch):
 
 @pytest.fixture(scope="session")
 def starter_gguf() -> Path:
-    from pocketchat.runtime.starter import starter_path
+    from pocketchat.store.starter import starter_path
 
     return starter_path()

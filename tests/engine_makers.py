@@ -17,15 +17,15 @@ def llama_plan(n_ctx: int) -> LoadPlan:
 
 
 def make_llama_in_process(n_ctx: int):
-    from pocketchat.runtime.llamacpp import LlamaCppEngine
-    from pocketchat.runtime.starter import starter_path
+    from pocketchat.engines.llamacpp.engine import LlamaCppEngine
+    from pocketchat.store.starter import starter_path
 
     return LlamaCppEngine(llama_plan(n_ctx), starter_path(), name="starter")
 
 
 def make_llama_worker(n_ctx: int):
-    from pocketchat.runtime.starter import starter_path
-    from pocketchat.runtime.worker import WorkerEngine
+    from pocketchat.store.starter import starter_path
+    from pocketchat.engines.worker import WorkerEngine
 
     return WorkerEngine(llama_plan(n_ctx), starter_path(), name="starter")
 
@@ -33,7 +33,7 @@ def make_llama_worker(n_ctx: int):
 def make_mlx_in_process(n_ctx: int):
     pytest.importorskip("mlx_lm")
     from mlx_fixture import shared_model
-    from pocketchat.runtime.mlx import MlxEngine
+    from pocketchat.engines.mlx.engine import MlxEngine
 
     return MlxEngine(LoadPlan(backend="mlx", placement="cpu", n_gpu_layers=0, n_ctx=n_ctx,
                               n_threads=2, n_threads_batch=2), shared_model(), name="tiny-llama")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 from pocketchat.errors import EngineCrashed
-from pocketchat.runtime.engine import ChatOptions, Chunk, EngineInfo, Message, Stats
+from pocketchat.engines.types import ChatOptions, Chunk, EngineInfo, Message, Stats
 
 TOKEN = re.compile(r"\s*\S+|\s+")
 

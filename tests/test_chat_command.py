@@ -127,7 +127,7 @@ def test_offline_with_yes_takes_the_starter_without_asking(offline_then_starter)
 
 
 def test_download_question_and_progress_reach_the_screen(tmp_path):
-    from pocketchat.runtime.store_types import DownloadPlan, DownloadProgress, RemoteFile
+    from pocketchat.store.types import DownloadPlan, DownloadProgress, RemoteFile
 
     hooks = Hooks(answer=True)
     plan = DownloadPlan(name="POCKET-35B-Q2_K", repo_id="FINAL-Bench/POCKET-35B-GGUF",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pocketchat.errors import ContextOverflow
-from pocketchat.runtime.context import fit_messages, reply_reserve, split_turns
-from pocketchat.runtime.engine import Message
+from pocketchat.engines.context import fit_messages, reply_reserve, split_turns
+from pocketchat.engines.types import Message
 
 
 class Counter:

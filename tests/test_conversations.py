@@ -17,7 +17,7 @@ import pytest
 from pocketchat import conversations
 from pocketchat.conversations import Autosave, Conversation
 from pocketchat.paths import settings
-from pocketchat.runtime.engine import Stats
+from pocketchat.engines.types import Stats
 
 TESTS = Path(__file__).parent
 
@@ -121,7 +121,7 @@ KILLED_CHILD = textwrap.dedent(
     sys.path.insert(0, {tests!r})
     from scripted_engine import Reply, ScriptedEngine
     from pocketchat.conversations import Conversation
-    from pocketchat.runtime.engine import ChatOptions
+    from pocketchat.engines.types import ChatOptions
     from pocketchat.ui.streaming import AnswerStream
 
     words = " ".join(f"word{{i}}" for i in range(10000))

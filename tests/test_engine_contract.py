@@ -8,7 +8,7 @@ import time
 import pytest
 
 from engine_makers import MAKERS
-from pocketchat.runtime.engine import ChatOptions, Engine, Message
+from pocketchat.engines.types import ChatOptions, Engine, Message
 
 N_CTX = 512
 QUESTION = [Message("user", "Write a story about a dragon who learns to bake bread.")]

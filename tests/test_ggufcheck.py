@@ -8,7 +8,7 @@ import time
 import pytest
 
 from pocketchat.errors import CorruptModel, ModelNotFound
-from pocketchat.runtime.ggufcheck import check_gguf
+from pocketchat.modelfile.gguf import check_gguf
 from tinymoe import tiny_moe  # noqa: F401  (fixture)
 
 
@@ -102,7 +102,7 @@ def test_corrupt_tensor_type(tiny_moe, tmp_path):
 
 def test_engine_refuses_a_truncated_file_before_llama_cpp_sees_it(starter_gguf, tmp_path):
     from engine_makers import llama_plan
-    from pocketchat.runtime.llamacpp import LlamaCppEngine
+    from pocketchat.engines.llamacpp.engine import LlamaCppEngine
 
     bad = copy_prefix(starter_gguf, tmp_path / "cut.gguf", starter_gguf.stat().st_size - 1000)
     with pytest.raises(CorruptModel, match="truncated"):

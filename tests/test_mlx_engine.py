@@ -26,9 +26,9 @@ from pocketchat.errors import (
     ModelNotFound,
     ModelTooLarge,
 )
-from pocketchat.runtime.engine import ChatOptions, Engine, Message
-from pocketchat.runtime.mlxcache import Reuse, common_prefix, plan_reuse
-from pocketchat.runtime.mlxmodel import check_metal_budget, kv_cache_bytes, suggested_wired_limit_mb
+from pocketchat.engines.types import ChatOptions, Engine, Message
+from pocketchat.engines.mlx.cache import Reuse, common_prefix, plan_reuse
+from pocketchat.engines.mlx.model import check_metal_budget, kv_cache_bytes, suggested_wired_limit_mb
 from pocketchat.types import GiB, LoadPlan, MiB
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,7 +43,7 @@ def plan(n_ctx: int = 1024, **kw) -> LoadPlan:
 
 def engine(kind: str = "random", n_ctx: int = 1024, **kw):
     pytest.importorskip("mlx_lm")
-    from pocketchat.runtime.mlx import MlxEngine
+    from pocketchat.engines.mlx.engine import MlxEngine
 
     return MlxEngine(plan(n_ctx, **kw), shared_model(kind), name=f"tiny-{kind}")
 
@@ -117,7 +117,7 @@ def test_loads_and_streams(eng):
 
 def test_n_ctx_is_capped_by_the_model(tmp_path):
     pytest.importorskip("mlx_lm")
-    from pocketchat.runtime.mlx import MlxEngine
+    from pocketchat.engines.mlx.engine import MlxEngine
 
     e = MlxEngine(plan(CONTEXT * 4), shared_model())
     assert e.info.n_ctx == CONTEXT
@@ -268,7 +268,7 @@ def test_pockets_hybrid_architecture_reuses_its_checkpoint(tmp_path):
     """qwen3_5_moe at toy size: DeltaNet state (ArraysCache) + KV layers, experts."""
     pytest.importorskip("mlx_lm")
     from mlx_fixture import write_tiny_qwen35_moe
-    from pocketchat.runtime.mlx import MlxEngine
+    from pocketchat.engines.mlx.engine import MlxEngine
 
     folder = write_tiny_qwen35_moe(tmp_path / "hybrid")
     e = MlxEngine(plan(), folder)
@@ -458,7 +458,7 @@ def corrupt(tmp_path, how):
 ])
 def test_a_folder_that_is_not_an_mlx_model_is_corrupt(tmp_path, how, words):
     pytest.importorskip("mlx_lm")
-    from pocketchat.runtime.mlx import MlxEngine
+    from pocketchat.engines.mlx.engine import MlxEngine
 
     with pytest.raises(CorruptModel) as info:
         MlxEngine(plan(), corrupt(tmp_path, how))
@@ -467,7 +467,7 @@ def test_a_folder_that_is_not_an_mlx_model_is_corrupt(tmp_path, how, words):
 
 def test_a_missing_folder_and_an_unknown_architecture(tmp_path):
     pytest.importorskip("mlx_lm")
-    from pocketchat.runtime.mlx import MlxEngine
+    from pocketchat.engines.mlx.engine import MlxEngine
 
     with pytest.raises(ModelNotFound):
         MlxEngine(plan(), tmp_path / "nothing")
@@ -527,7 +527,7 @@ def test_over_budget_on_metal_refuses_before_loading(monkeypatch):
     import mlx.core as mx
     import mlx_lm
 
-    from pocketchat.runtime.mlx import MlxEngine
+    from pocketchat.engines.mlx.engine import MlxEngine
 
     monkeypatch.setattr(mx, "default_device", lambda: mx.gpu)
     monkeypatch.setattr(mx.metal, "is_available", lambda: True)
@@ -545,7 +545,7 @@ def test_over_budget_on_metal_refuses_before_loading(monkeypatch):
 def test_without_mlx_the_engine_is_backend_missing(monkeypatch):
     for name in ("mlx", "mlx.core", "mlx_lm", "mlx_lm.generate"):
         monkeypatch.setitem(sys.modules, name, None)  # `import name` raises ImportError
-    from pocketchat.runtime.mlx import MlxEngine
+    from pocketchat.engines.mlx.engine import MlxEngine
 
     with pytest.raises(BackendMissing) as info:
         MlxEngine(plan(), shared_model())
@@ -556,8 +556,8 @@ def test_pocketchat_imports_without_mlx():
     code = (
         "import sys\n"
         "for n in ('mlx', 'mlx.core', 'mlx_lm'): sys.modules[n] = None\n"
-        "import pocketchat.runtime.mlx, pocketchat.runtime.worker, pocketchat.cli\n"
-        "from pocketchat.runtime.worker import make_backend\n"
+        "import pocketchat.engines.mlx.engine, pocketchat.engines.worker, pocketchat.cli\n"
+        "from pocketchat.engines.worker import make_backend\n"
         "from pocketchat.errors import BackendMissing\n"
         "from pocketchat.types import LoadPlan\n"
         f"p = LoadPlan('mlx', 'cpu', 0, 512, 2, 2)\n"
@@ -578,7 +578,7 @@ def test_pocketchat_imports_without_mlx():
 @pytest.mark.slow
 def test_mlx_runs_in_the_worker_process():
     pytest.importorskip("mlx_lm")
-    from pocketchat.runtime.worker import WorkerEngine
+    from pocketchat.engines.worker import WorkerEngine
 
     e = WorkerEngine(plan(512), shared_model("scripted"), name="tiny", timeout=120)
     try:

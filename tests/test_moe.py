@@ -7,7 +7,7 @@ import ctypes
 import pytest
 
 from engine_makers import llama_plan
-from pocketchat.runtime import moe
+from pocketchat.engines.llamacpp import moe
 from tinymoe import tiny_moe  # noqa: F401  (fixture)
 
 POCKET_NAMES = [
@@ -60,8 +60,8 @@ def test_log_parser():
 def test_tiny_moe_loads_generates_and_the_override_is_applied(tiny_moe, cpu_moe):
     from dataclasses import replace
 
-    from pocketchat.runtime.engine import ChatOptions, Message
-    from pocketchat.runtime.llamacpp import LlamaCppEngine
+    from pocketchat.engines.types import ChatOptions, Message
+    from pocketchat.engines.llamacpp.engine import LlamaCppEngine
 
     plan = replace(llama_plan(256), cpu_moe=cpu_moe, placement="gpu+cpu-experts" if cpu_moe else "cpu")
     eng = LlamaCppEngine(plan, tiny_moe, name="tiny-moe")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 
 import psutil
 
@@ -28,10 +27,33 @@ def test_probe_reads_this_machine():
     assert profile_from_json(json.loads(json.dumps(prof.to_json()))) == prof
 
 
+def _native_gpu_devices() -> list[str]:
+    """The GPU devices llama.cpp's own backend registry lists (RPC adds none until a server is added)."""
+    import ctypes
+    import os
+
+    import llama_cpp
+
+    llama_cpp.llama_backend_init()
+    ggml = ctypes.CDLL(os.path.join(os.path.dirname(llama_cpp.__file__), "lib", "libggml.so"))
+    ggml.ggml_backend_dev_count.restype = ctypes.c_size_t
+    ggml.ggml_backend_dev_get.restype = ctypes.c_void_p
+    ggml.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+    ggml.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
+    ggml.ggml_backend_dev_name.argtypes = [ctypes.c_void_p]
+    ggml.ggml_backend_dev_name.restype = ctypes.c_char_p
+    devs = [ggml.ggml_backend_dev_get(i) for i in range(ggml.ggml_backend_dev_count())]
+    return [ggml.ggml_backend_dev_name(d).decode() for d in devs if ggml.ggml_backend_dev_type(d) != 0]
+
+
 def test_llama_gpu_offload_agrees_with_the_native_library():
     import llama_cpp
 
-    assert probe.llama_gpu_offload() == bool(llama_cpp.llama_supports_gpu_offload())
+    # llama_supports_gpu_offload() is also true for a CPU-only build with RPC compiled in (it
+    # counts a remote device); the probe answers about a local GPU, so compare with the devices.
+    if not llama_cpp.llama_supports_rpc():
+        assert probe.llama_gpu_offload() == bool(llama_cpp.llama_supports_gpu_offload())
+    assert probe.llama_gpu_offload() == bool(_native_gpu_devices())
 
 
 def test_bandwidth_is_measured_once_and_cached(isolated_env, monkeypatch):

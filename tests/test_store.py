@@ -22,7 +22,7 @@ from pocketchat.errors import (
     OfflineError,
     RepoNotFound,
 )
-from pocketchat.runtime import cache, store
+from pocketchat.store import cache, api as store
 from pocketchat.select import catalog
 
 REPO = "tester/Tiny-GGUF"
@@ -266,7 +266,7 @@ def test_downloaded_build_ids_is_fast_and_does_not_import_huggingface_hub(hub):
     build = catalog.get("POCKET-35B-IQ1_M")
     hub.add_repo(build.repo_id, {build.filename: blob(2000, 60)})
     store.ensure(build)
-    code = ("import sys, time; t = time.perf_counter(); from pocketchat.runtime import store; "
+    code = ("import sys, time; t = time.perf_counter(); from pocketchat.store import api as store; "
             "ids = store.downloaded_build_ids(); dt = time.perf_counter() - t; "
             "print(sorted(ids), 'huggingface_hub' in sys.modules, dt)")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}

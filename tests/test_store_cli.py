@@ -13,7 +13,7 @@ from hubserver import hub  # noqa: F401  (fixture)
 from test_store import blob
 
 from pocketchat.cli import main
-from pocketchat.runtime import cache, store
+from pocketchat.store import cache, api as store
 from pocketchat.select import catalog
 
 REPO = "tester/Cli-GGUF"

@@ -16,8 +16,8 @@ from hubserver import hub  # noqa: F401  (fixture)
 from test_store import blob
 
 from pocketchat.errors import ChecksumMismatch, DiskFull, DownloadError, DownloadInterrupted
-from pocketchat.runtime import cache, download, inventory, store
-from pocketchat.runtime.download import DownloadOptions
+from pocketchat.store import cache, download, inventory, api as store
+from pocketchat.store.download import DownloadOptions
 
 REPO = "tester/Faulty-GGUF"
 NAME = "Faulty-Q4_K_M.gguf"

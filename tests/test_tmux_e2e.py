@@ -70,7 +70,7 @@ def test_real_chat_in_a_terminal(tmp_path):
     exit_file = tmp_path / "exit-code"
     env = {
         var: os.environ[var]
-        for var in ("POCKETCHAT_DATA_DIR", "POCKETCHAT_CACHE_DIR", "POCKETCHAT_CONFIG_DIR",
+        for var in ("POCKETCHAT_DATA_DIR", "POCKETCHAT_CACHE_DIR", "PYTHONPATH",
                     "HF_HOME", "HF_HUB_CACHE", "HF_ENDPOINT", "PATH", "HOME")
         if var in os.environ
     }

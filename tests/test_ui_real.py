@@ -8,7 +8,7 @@ import pytest
 from uitools import answered, ready, run, screen_text, send, status_text, wait_for
 
 from pocketchat import conversations
-from pocketchat.runtime.engine import ChatOptions
+from pocketchat.engines.types import ChatOptions
 
 pytestmark = pytest.mark.slow
 
@@ -21,7 +21,7 @@ def real_factory(starter_gguf):
     import argparse
 
     from pocketchat.commands.common import choose_model
-    from pocketchat.runtime import open_engine
+    from pocketchat.engines import open_engine
 
     args = argparse.Namespace(model="starter", ctx=2048, hardware=None, lang="en",
                               backend=None, offline=True, yes=True)

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 
 import pytest
 
 from engine_makers import llama_plan
 from pocketchat.errors import CorruptModel, EngineCrashed
-from pocketchat.runtime.engine import ChatOptions, Message
-from pocketchat.runtime.ggufcheck import check_gguf
-from pocketchat.runtime.worker import WorkerEngine, describe_exit
+from pocketchat.engines.types import ChatOptions, Message
+from pocketchat.modelfile.gguf import check_gguf
+from pocketchat.engines.worker import WorkerEngine, describe_exit
 
 LONG = ChatOptions(max_tokens=2000, ignore_eos=True)
 
@@ -114,9 +113,9 @@ def test_abandoned_answer_then_cancel_race_then_next_answer(starter_gguf):
 
 def test_unknown_backend_module_missing_is_backend_missing(starter_gguf, monkeypatch):
     from pocketchat.errors import BackendMissing
-    from pocketchat.runtime import worker
+    from pocketchat.engines import worker
 
-    monkeypatch.setitem(worker.BACKENDS, "mlx", ("pocketchat.runtime.no_such_module", "X"))
+    monkeypatch.setitem(worker.BACKENDS, "mlx", ("pocketchat.engines.no_such_module", "X"))
     from dataclasses import replace
 
     with pytest.raises(BackendMissing):

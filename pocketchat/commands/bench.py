@@ -57,7 +57,7 @@ def _words(rng: random.Random, n: int) -> str:
 
 def bench_pp(engine, n_prompt: int, reps: int, rng: random.Random) -> Result:
     """Prompt speed on fresh prompts of about n_prompt tokens (calibrated on the first run)."""
-    from pocketchat.runtime.engine import ChatOptions, Message
+    from pocketchat.engines.types import ChatOptions, Message
 
     words = max(1, int(n_prompt / 1.3))
     speeds: list[float] = []
@@ -76,7 +76,7 @@ def bench_pp(engine, n_prompt: int, reps: int, rng: random.Random) -> Result:
 
 
 def bench_tg(engine, n_gen: int, reps: int, rng: random.Random) -> Result:
-    from pocketchat.runtime.engine import ChatOptions, Message
+    from pocketchat.engines.types import ChatOptions, Message
 
     speeds: list[float] = []
     tokens = 0
@@ -103,8 +103,8 @@ def _last(chunks):
 def run(args: argparse.Namespace) -> int:
     from pocketchat.commands.common import choose_model
     from pocketchat.errors import UsageError
-    from pocketchat.runtime import open_engine
-    from pocketchat.runtime.engine import ChatOptions, Message
+    from pocketchat.engines import open_engine
+    from pocketchat.engines.types import ChatOptions, Message
 
     if args.n_prompt < 1 or args.n_gen < 1 or args.repetitions < 1:
         raise UsageError("--n-prompt, --n-gen and --repetitions must be at least 1")

@@ -15,8 +15,8 @@ from typing import Any, Callable
 from pocketchat import conversations
 from pocketchat.commands.common import STARTER, ModelChoice
 from pocketchat.errors import OfflineError
-from pocketchat.runtime.engine import Engine
-from pocketchat.runtime.store_types import DownloadPlan, DownloadProgress
+from pocketchat.engines.types import Engine
+from pocketchat.store.types import DownloadPlan, DownloadProgress
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -93,7 +93,7 @@ class Session:
         hooks.status(f"Loading {choice.name}")
 
     def open_engine(self) -> Engine:
-        from pocketchat.runtime import open_engine
+        from pocketchat.engines import open_engine
 
         assert self.choice is not None, "prepare() runs first"
         return open_engine(self.choice.plan, self.choice.path, name=self.choice.name)

@@ -43,7 +43,7 @@ def choose_model(args: argparse.Namespace, *, confirm=None, progress=None) -> Mo
     offline = bool(getattr(args, "offline", False))
     profile = profile_from_args(args)
     if spec == STARTER:
-        from pocketchat.runtime.starter import STARTER_NAME, STARTER_SAMPLING, starter_path
+        from pocketchat.store.starter import STARTER_NAME, STARTER_SAMPLING, starter_path
 
         path = starter_path()
         plan = fit.plan_for_file(profile, path.stat().st_size, n_ctx=args.ctx, max_ctx=8192,
@@ -58,7 +58,7 @@ def choose_model(args: argparse.Namespace, *, confirm=None, progress=None) -> Mo
         plan = fit.plan_for_file(profile, model_size(path), n_ctx=args.ctx, backend=backend, name=path.name)
         return ModelChoice(name=path.name, path=path, plan=plan)
 
-    from pocketchat.runtime import store
+    from pocketchat.store import api as store
 
     if spec:
         try:

@@ -8,7 +8,7 @@ import time
 from typing import TextIO
 
 from pocketchat.errors import NothingFits, UsageError
-from pocketchat.runtime.store_types import DownloadPlan, DownloadProgress, human_bytes
+from pocketchat.store.types import DownloadPlan, DownloadProgress, human_bytes
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -118,7 +118,7 @@ def make_confirm(yes: bool, stdin: TextIO | None = None, stream: TextIO | None =
 
 
 def run(args: argparse.Namespace) -> int:
-    from pocketchat.runtime import store
+    from pocketchat.store import api as store
 
     spec = args.spec
     if not spec:

@@ -19,7 +19,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from pocketchat.paths import settings
-    from pocketchat.runtime import inventory, store
+    from pocketchat.store import inventory, api as store
 
     if getattr(args, "action", None) == "rm":
         for name in args.names:

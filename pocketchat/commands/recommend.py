@@ -32,7 +32,7 @@ def recommend(args: argparse.Namespace, profile: HardwareProfile | None = None) 
     downloaded: set[str] = set()
     if not getattr(args, "hardware", None):
         try:
-            from pocketchat.runtime.store import downloaded_build_ids
+            from pocketchat.store.api import downloaded_build_ids
 
             downloaded = set(downloaded_build_ids())
         except ImportError:

@@ -15,7 +15,7 @@ from textual.widgets import Footer
 
 from pocketchat.conversations import Conversation
 from pocketchat.errors import EngineCrashed
-from pocketchat.runtime.engine import ChatOptions, Engine, EngineInfo
+from pocketchat.engines.types import ChatOptions, Engine, EngineInfo
 from pocketchat.ui.commands import PaletteCommands, describe_error
 from pocketchat.ui.screens import DownloadScreen, LoadingScreen
 from pocketchat.ui.startup import (

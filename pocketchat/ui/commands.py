@@ -10,7 +10,7 @@ from textual.screen import Screen
 from pocketchat import conversations
 from pocketchat.conversations import Conversation
 from pocketchat.errors import PocketchatError
-from pocketchat.runtime.engine import EngineInfo
+from pocketchat.engines.types import EngineInfo
 from pocketchat.ui.screens import ConversationsScreen, InfoScreen, SystemPromptScreen
 from pocketchat.ui.widgets import PLACEMENT_WORDS
 

@@ -17,7 +17,6 @@ from textual.message import Message
 
 from pocketchat.errors import (
     AmbiguousModel,
-    ConfigError,
     DownloadDeclined,
     GatedRepo,
     HardwareProfileError,
@@ -27,7 +26,7 @@ from pocketchat.errors import (
     OfflineError,
     UsageError,
 )
-from pocketchat.runtime.engine import Engine
+from pocketchat.engines.types import Engine
 
 if TYPE_CHECKING:
     from pocketchat.ui.app import ChatApp
@@ -38,7 +37,6 @@ EngineFactory = Callable[[], Engine]
 FATAL_AT_START: tuple[type[BaseException], ...] = (
     UsageError,
     HardwareProfileError,
-    ConfigError,
     ModelNotFound,
     AmbiguousModel,
     NothingFits,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from pocketchat.conversations import Autosave, ChatMessage, Conversation, stats_summary
-from pocketchat.runtime.engine import ChatOptions, Engine, Message, Stats
+from pocketchat.engines.types import ChatOptions, Engine, Message, Stats
 
 UPDATES_PER_SECOND = 20  # the most screen updates a second while an answer streams
 MIN_UPDATES_PER_SECOND = 4

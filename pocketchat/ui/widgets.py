@@ -12,7 +12,7 @@ from textual.message import Message
 from textual.widgets import Collapsible, Label, Markdown, Static, TextArea
 from textual.widgets._markdown import MarkdownStream
 
-from pocketchat.runtime.engine import EngineInfo, Stats
+from pocketchat.engines.types import EngineInfo, Stats
 from pocketchat.ui.format import compact_count, human_bytes, human_duration, meter
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from pocketchat.errors import EngineError
-from pocketchat.runtime.engine import Message
+from pocketchat.engines.types import Message
 
 CHATML = (
     "{% for message in messages %}"

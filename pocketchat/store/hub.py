@@ -19,7 +19,7 @@ from pocketchat.errors import (
     RepoNotFound,
 )
 from pocketchat.paths import settings
-from pocketchat.runtime.store_types import RemoteFile
+from pocketchat.store.types import RemoteFile
 
 LISTING_TIMEOUT_S = 15.0
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})

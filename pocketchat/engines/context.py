@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from pocketchat.errors import ContextOverflow
-from pocketchat.runtime.engine import Message
+from pocketchat.engines.types import Message
 
 DEFAULT_REPLY_RESERVE = 1024
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterator, Literal, Protocol, Sequence, runtime_checkable
 
+from pocketchat.errors import EngineError, PocketchatError
+
 Role = Literal["system", "user", "assistant"]
 FinishReason = Literal["stop", "length", "cancelled", "error"]
 
@@ -55,7 +57,8 @@ class Stats:
 class Chunk:
     """A piece of an answer: new answer text and/or thinking text, with the stats so far.
 
-    The last chunk of an answer has `finish_reason` set; on "error", `error` says what.
+    The last chunk of an answer has `finish_reason` set; on "error", `error` says what and
+    `failure` is the typed error (class, message, hint) when there is one.
     """
 
     text: str = ""
@@ -63,6 +66,14 @@ class Chunk:
     stats: Stats = field(default_factory=Stats)
     finish_reason: FinishReason | None = None
     error: str | None = None
+    failure: PocketchatError | None = None
+
+    @classmethod
+    def failed(cls, exc: BaseException, stats: Stats | None = None, *, prefix: str = "") -> "Chunk":
+        """The last chunk of an answer that failed with `exc`."""
+        if not isinstance(exc, PocketchatError):
+            exc = EngineError(f"{prefix}{type(exc).__name__}: {exc}")
+        return cls(stats=stats or Stats(), finish_reason="error", error=exc.message, failure=exc)
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from pocketchat.errors import BackendMissing, EngineError, ModelTooLarge
-from pocketchat.runtime import moe
-from pocketchat.runtime.ggufcheck import GGUFInfo
+from pocketchat.engines.llamacpp import moe
+from pocketchat.modelfile.gguf import GGUFInfo
 from pocketchat.types import LoadPlan
 
 ProgressFn = Callable[[str, float], None]

@@ -10,36 +10,33 @@ is reused as is. `ensure` is local-first: a model on disk is used without any ne
 
 from __future__ import annotations
 
-import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pocketchat.errors import (
-    ChecksumMismatch,
-    DiskFull,
     HubUnreachable,
     ModelNotFound,
     OfflineError,
 )
 from pocketchat.paths import settings
-from pocketchat.runtime import cache, inventory, quant
-from pocketchat.runtime.download import DownloadOptions
-from pocketchat.runtime.inventory import downloaded_build_ids, list_models
-from pocketchat.runtime.store_types import (
+from pocketchat.store import cache, fetcher, inventory, quant
+from pocketchat.store.ondisk import path_of, verify_present
+from pocketchat.store.download import DownloadOptions
+from pocketchat.store.inventory import downloaded_build_ids, list_models
+from pocketchat.store.types import (
     CachedModel,
     DownloadPlan,
     DownloadProgress,
     RemoteFile,
     ResolvedModel,
 )
-from pocketchat.types import GB, MiB, Build
+from pocketchat.types import Build
 
 __all__ = [
     "CachedModel", "DownloadOptions", "DownloadPlan", "DownloadProgress", "RemoteFile",
     "ResolvedModel", "downloaded_build_ids", "ensure", "list_models", "local_path", "remove",
-    "resolve", "disk_margin",
+    "resolve",
 ]
 
 Confirm = Callable[[DownloadPlan], bool]
@@ -130,7 +127,7 @@ def _build_of(s: _Spec, fmt: str, files: list[str]) -> Build | None:
 
 
 def _resolve_online(s: _Spec) -> ResolvedModel:
-    from pocketchat.runtime import hub
+    from pocketchat.store import hub
 
     repo = s.build.repo_id if s.build else s.repo_id
     listing = hub.list_repo(repo)
@@ -199,20 +196,7 @@ def resolve(spec: str | Build, *, offline: bool = False) -> ResolvedModel:
 def local_path(target: str | Build | ResolvedModel) -> Path | None:
     """The model's path if it is complete on disk; never touches the network."""
     rm = _resolve_on_disk(_parse(target))
-    return _path_of(rm) if rm else None
-
-
-def _path_of(rm: ResolvedModel) -> Path:
-    if rm.local is not None:
-        return rm.local
-    if rm.format == "mlx":
-        return cache.snapshot_dir(rm.repo_id, rm.commit)
-    return cache.pointer_path(rm.repo_id, rm.commit, rm.primary.path)
-
-
-def disk_margin(nbytes: int) -> int:
-    """Free space to keep beyond a download: 5% of it, at least 64 MiB, at most 2 GB."""
-    return int(max(64 * MiB, min(2 * GB, nbytes * 0.05)))
+    return path_of(rm) if rm else None
 
 
 def ensure(
@@ -234,16 +218,14 @@ def ensure(
     if on_disk is not None:
         if on_disk.local is not None:
             return on_disk.local
-        _verify_present(on_disk, progress)
-        return _path_of(on_disk)
+        verify_present(on_disk, progress)
+        return path_of(on_disk)
     if offline:
         raise _offline_error(s.text, "pocketchat is offline")
     try:
         rm = online_rm or _resolve_online(s)
     except HubUnreachable as exc:
         raise _offline_error(s.text, exc.message) from None
-    from pocketchat.runtime import fetcher
-
     return fetcher.fetch_model(rm, confirm=confirm, progress=progress, options=options or DownloadOptions())
 
 
@@ -255,48 +237,6 @@ def _offline_error(name: str, why: str) -> OfflineError:
         hint="Connect to the network and run `pocketchat download " + name + "`, or pick a model on disk"
         " with --model.",
     )
-
-
-def _verify_present(rm: ResolvedModel, progress: Progress | None) -> None:
-    """Hash, once, files on disk that were never verified (e.g. fetched by `hf download`)."""
-    todo = []
-    for f in rm.files:
-        pointer = cache.pointer_path(rm.repo_id, rm.commit, f.path)
-        blob = cache.blob_of(pointer)
-        expected = (f.sha256 or f.blob_id or "").lower()
-        kind = cache.digest_kind(expected)
-        if kind and not cache.is_verified(rm.repo_id, blob):
-            todo.append((f, blob, expected, kind))
-    total = sum(b.stat().st_size for _f, b, _e, _k in todo)
-    done = 0
-    for f, blob, expected, kind in todo:
-        def tick(n: int, f=f) -> None:
-            nonlocal done
-            done += n
-            if progress:
-                progress(DownloadProgress(rm.name, f.path, "verifying", done, total))
-        got = cache.hash_file(blob, cache.Digest(kind, blob.stat().st_size), on_bytes=tick).hexdigest()
-        if got != expected:
-            raise ChecksumMismatch(
-                f"{f.path} of {rm.repo_id} on disk is corrupt: its {kind} is {got}, expected {expected}",
-                hint=f"Remove it with `pocketchat models rm {rm.name}` and download it again.",
-            )
-        cache.record_verified(rm.repo_id, blob, kind)
-
-
-def check_disk(rm: ResolvedModel, need: int) -> tuple[int, int]:
-    """(free bytes, free after) for a download of `need` bytes; DiskFull when it does not fit."""
-    where = settings().hf_cache_dir
-    free = cache.free_disk_bytes(where)
-    margin = disk_margin(need)
-    if free < need + margin:
-        raise DiskFull(
-            f"not enough free disk for {rm.name}: it needs {need / GB:.2f} GB plus a {margin / GB:.2f} GB "
-            f"margin in {where}, and {free / GB:.2f} GB are free",
-            hint=f"Free at least {(need + margin - free) / GB:.2f} GB, or set HF_HUB_CACHE to a folder "
-            "on a larger disk.",
-        )
-    return free, free - need
 
 
 def remove(name: str) -> list[Path]:
@@ -311,7 +251,7 @@ def remove(name: str) -> list[Path]:
         except (ModelNotFound, LookupError):
             rm = None
         if rm is not None and rm.local is None:
-            p = _path_of(rm)
+            p = path_of(rm)
             hits = [m for m in models if m.path == p]
     removed: list[Path] = []
     for m in hits:
@@ -327,27 +267,3 @@ def remove(name: str) -> list[Path]:
     return removed
 
 
-class ProgressMeter:
-    """Turns byte counts into DownloadProgress with speed (last ~5 s) and ETA."""
-
-    def __init__(self, name: str, total: int, sink: Progress | None, file_count: int) -> None:
-        self.name, self.total, self.sink, self.file_count = name, total, sink, file_count
-        self.base = 0
-        self._samples: deque[tuple[float, int]] = deque()
-
-    def emit(self, filename: str, index: int, file_bytes: int, phase: str, message: str = "") -> None:
-        if self.sink is None:
-            return
-        done = self.base + file_bytes
-        now = time.monotonic()
-        if phase == "downloading":
-            self._samples.append((now, done))
-            while len(self._samples) > 2 and now - self._samples[0][0] > 5.0:
-                self._samples.popleft()
-        speed = 0.0
-        if len(self._samples) >= 2:
-            (t0, b0), (t1, b1) = self._samples[0], self._samples[-1]
-            speed = (b1 - b0) / (t1 - t0) if t1 > t0 else 0.0
-        eta = (self.total - done) / speed if speed > 0 else None
-        self.sink(DownloadProgress(self.name, filename, phase, done, self.total, speed, eta,
-                                   index, self.file_count, message))

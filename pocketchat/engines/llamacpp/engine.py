@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from pocketchat.errors import EngineError, PocketchatError
-from pocketchat.runtime import ggufcheck
-from pocketchat.runtime.context import fit_messages, reply_reserve
-from pocketchat.runtime.engine import ChatOptions, Chunk, EngineInfo, Message, Stats
-from pocketchat.runtime.llamaload import ProgressFn, load_llama
-from pocketchat.runtime.template import ChatTemplate
-from pocketchat.runtime.thinking import CLOSE_TAG, OPEN_TAG, ThinkSplitter
+from pocketchat.modelfile import gguf as ggufcheck
+from pocketchat.engines.context import fit_messages, reply_reserve
+from pocketchat.engines.types import ChatOptions, Chunk, EngineInfo, Message, Stats
+from pocketchat.engines.llamacpp.load import ProgressFn, load_llama
+from pocketchat.engines.template import ChatTemplate
+from pocketchat.engines.thinking import CLOSE_TAG, OPEN_TAG, ThinkSplitter
 from pocketchat.types import LoadPlan
 
 

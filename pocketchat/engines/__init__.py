@@ -1,4 +1,5 @@
-"""Model store, engines (llama.cpp, MLX) and the worker process that hosts them."""
+"""Engines: (LoadPlan, path) -> a loaded model that answers conversations (llama.cpp or MLX),
+by default in a worker process."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pocketchat.runtime.engine import Engine
+    from pocketchat.engines.types import Engine
     from pocketchat.types import LoadPlan
 
 
@@ -20,9 +21,9 @@ def open_engine(plan: "LoadPlan", path: Path, *, name: str | None = None,
     tools that have no other busy thread).
     """
     if in_process:
-        from pocketchat.runtime.worker import make_backend
+        from pocketchat.engines.worker import make_backend
 
         return make_backend(plan, Path(path), name)
-    from pocketchat.runtime.worker import WorkerEngine
+    from pocketchat.engines.worker import WorkerEngine
 
     return WorkerEngine(plan, Path(path), name=name)

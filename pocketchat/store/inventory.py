@@ -12,8 +12,8 @@ import shutil
 from pathlib import Path
 
 from pocketchat.paths import settings
-from pocketchat.runtime import cache, quant
-from pocketchat.runtime.store_types import CachedModel
+from pocketchat.store import cache, quant
+from pocketchat.store.types import CachedModel
 from pocketchat.types import Build
 
 

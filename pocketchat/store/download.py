@@ -20,9 +20,9 @@ from pocketchat.errors import (
     DownloadError,
     DownloadInterrupted,
 )
-from pocketchat.runtime import cache, hub
-from pocketchat.runtime.sink import Sink
-from pocketchat.runtime.store_types import RemoteFile
+from pocketchat.store import cache, hub
+from pocketchat.store.sink import Sink
+from pocketchat.store.types import RemoteFile
 
 GB = 1000**3
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")

@@ -32,17 +32,17 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from pocketchat.errors import CorruptModel, EngineError, ModelTooLarge, PocketchatError
-from pocketchat.runtime.context import fit_messages, reply_reserve
-from pocketchat.runtime.engine import ChatOptions, Chunk, EngineInfo, Message, Stats
-from pocketchat.runtime.mlxcache import PromptCache
-from pocketchat.runtime.mlxmodel import (
+from pocketchat.engines.context import fit_messages, reply_reserve
+from pocketchat.engines.types import ChatOptions, Chunk, EngineInfo, Message, Stats
+from pocketchat.engines.mlx.cache import PromptCache
+from pocketchat.engines.mlx.model import (
     check_metal_budget,
     check_mlx_folder,
     import_mlx,
     kv_cache_bytes,
 )
-from pocketchat.runtime.template import CHATML, EMPTY_THINK
-from pocketchat.runtime.thinking import ThinkSplitter
+from pocketchat.engines.template import CHATML, EMPTY_THINK
+from pocketchat.engines.thinking import ThinkSplitter
 from pocketchat.types import LoadPlan
 
 ProgressFn = Callable[[str, float], None]

@@ -7,7 +7,7 @@ with it. So the backend runs in a `spawn`ed child; the parent only reads chunks.
 Protocol (pickled tuples over one duplex pipe):
   parent -> child   ("chat", req, messages, options) | ("cancel", req) | ("close",)
   child -> parent   ("progress", stage, fraction) | ("ready", EngineInfo)
-                    | ("load_error", class name, message, hint) | ("chunk", req, Chunk)
+                    | ("load_error", PocketchatError) | ("chunk", req, Chunk)
 The child coalesces deltas: it sends the first chunk of an answer at once (time to first
 token) and then at most one chunk every FLUSH_SECONDS, so the pipe costs the generation loop
 one small send per ~30 ms, not one per token. A child thread listens for cancel, so cancel
@@ -16,7 +16,7 @@ reaches llama.cpp (its abort callback included) while the main thread is inside 
 Loading: the constructor blocks until the model is loaded (default), or returns at once with
 `wait=False`; then call `wait_ready(timeout)` (it reports `on_progress(stage, fraction)`),
 read `progress`, and use the engine once it returns True. Load errors are re-raised in the
-parent as the same pocketchat error class with the same message and hint. If the child dies
+parent as the same pocketchat error, fields and hint included (errors pickle whole). If the child dies
 (abort, segfault, kill -9, out of memory), the caller gets `EngineCrashed` with the exit code
 or signal name; the messages passed to `chat()` are never modified, and a new engine can be
 opened at once.
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import itertools
 import multiprocessing
 import os
 import multiprocessing.connection
@@ -37,16 +38,16 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from pocketchat import errors
 from pocketchat.errors import BackendMissing, EngineCrashed, EngineError, PocketchatError
-from pocketchat.runtime.engine import ChatOptions, Chunk, EngineInfo, Message, Stats
+from pocketchat.engines.types import ChatOptions, Chunk, EngineInfo, Message, Stats
 from pocketchat.types import LoadPlan
 
 FLUSH_SECONDS = 0.03
+_WORKER_IDS = itertools.count(1)
 PROGRESS_SECONDS = 0.1
 BACKENDS = {
-    "llama.cpp": ("pocketchat.runtime.llamacpp", "LlamaCppEngine"),
-    "mlx": ("pocketchat.runtime.mlx", "MlxEngine"),
+    "llama.cpp": ("pocketchat.engines.llamacpp.engine", "LlamaCppEngine"),
+    "mlx": ("pocketchat.engines.mlx.engine", "MlxEngine"),
 }
 
 
@@ -82,6 +83,7 @@ def _merge(chunks: list[Chunk]) -> Chunk:
         stats=last.stats,
         finish_reason=last.finish_reason,
         error=last.error,
+        failure=last.failure,
     )
 
 
@@ -138,10 +140,10 @@ def _child_main(conn: Any, plan: LoadPlan, path: str, name: str | None,
     try:
         engine = make_backend(plan, Path(path), name, progress)
     except PocketchatError as exc:
-        send(("load_error", type(exc).__name__, exc.message, exc.hint))
+        send(("load_error", exc))
         return
     except BaseException as exc:  # noqa: BLE001 - anything else is reported, not printed
-        send(("load_error", "EngineError", f"loading failed: {type(exc).__name__}: {exc}", None))
+        send(("load_error", EngineError(f"loading failed: {type(exc).__name__}: {exc}")))
         return
     send(("ready", engine.info))
 
@@ -201,8 +203,7 @@ def _stream(engine: Any, req: int, messages: Sequence[Message], options: ChatOpt
             if req in cancelled:
                 engine.cancel()
     except Exception as exc:  # noqa: BLE001 - the answer ends with the error, the worker lives
-        pending.append(Chunk(stats=pending[-1].stats if pending else Stats(),
-                             finish_reason="error", error=f"{type(exc).__name__}: {exc}"))
+        pending.append(Chunk.failed(exc, pending[-1].stats if pending else None))
     if not pending or pending[-1].finish_reason is None:
         pending.append(Chunk(stats=pending[-1].stats if pending else Stats(), finish_reason="error",
                              error="the engine ended the answer without a finish reason"))
@@ -224,15 +225,6 @@ def describe_exit(exitcode: int | None) -> str:
                "SIGABRT": " (the backend aborted)"}.get(sig, "")
         return f"was stopped by {sig}{why}"
     return f"exited with code {exitcode}"
-
-
-def _rebuild_error(cls_name: str, message: str, hint: str | None) -> PocketchatError:
-    cls = getattr(errors, cls_name, None)
-    if not (isinstance(cls, type) and issubclass(cls, PocketchatError)):
-        cls = EngineError
-    exc = cls.__new__(cls)
-    PocketchatError.__init__(exc, message, hint=hint)
-    return exc
 
 
 def _reap(proc: Any, conn: Any) -> None:
@@ -261,7 +253,8 @@ class WorkerEngine:
         self._conn, child = ctx.Pipe(duplex=True)
         from pocketchat.paths import settings
 
-        self.log_path = str(settings().cache_dir / f"worker-{os.getpid()}.log")
+        # One log per worker: a restarted engine never truncates or deletes a crashed one's.
+        self.log_path = str(settings().cache_dir / f"worker-{os.getpid()}-{next(_WORKER_IDS)}.log")
         self._proc = ctx.Process(target=_child_main,
                                  args=(child, plan, str(path), name, self.log_path),
                                  name="pocketchat-engine", daemon=True)
@@ -344,7 +337,7 @@ class WorkerEngine:
                 self._proc.join(5)
                 self._closed = True
                 self._finalizer()
-                raise _rebuild_error(msg[1], msg[2], msg[3])
+                raise msg[1]
         return True
 
     # -- Engine -----------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 
 from pocketchat.errors import DiskFull
-from pocketchat.runtime import cache
+from pocketchat.store import cache
 
 GB = 1000**3
 
