@@ -11,9 +11,9 @@ import concurrent.futures
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
-from textual.message import Message
+from textual.app import App
 
 from pocketchat.errors import (
     AmbiguousModel,
@@ -27,9 +27,8 @@ from pocketchat.errors import (
     UsageError,
 )
 from pocketchat.engines.types import Engine
-
-if TYPE_CHECKING:
-    from pocketchat.ui.app import ChatApp
+from pocketchat.ui.messages import EngineFailed, EngineReady, StartupProgress, StartupStatus
+from pocketchat.ui.screens import ConfirmScreen
 
 EngineFactory = Callable[[], Engine]
 
@@ -47,43 +46,17 @@ FATAL_AT_START: tuple[type[BaseException], ...] = (
 )
 
 
-class EngineReady(Message):
-    def __init__(self, engine: Engine) -> None:
-        super().__init__()
-        self.engine = engine
-
-
-class EngineFailed(Message):
-    def __init__(self, error: BaseException) -> None:
-        super().__init__()
-        self.error = error
-
-
-class StartupProgress(Message):
-    def __init__(self, done: int, total: int | None, what: str, at: float) -> None:
-        super().__init__()
-        self.done, self.total, self.what, self.at = done, total, what, at
-
-
-class StartupStatus(Message):
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.text = text
-
-
 class StartupHooks:
     """What a `prepare` step may use from its thread: ask, report progress, say what it does."""
 
     PROGRESS_INTERVAL = 0.1
 
-    def __init__(self, app: ChatApp) -> None:
+    def __init__(self, app: App) -> None:
         self.app = app
         self._last_progress = 0.0
 
     def confirm(self, question: str) -> bool:
         """Ask a yes/no question on screen and wait for the answer."""
-        from pocketchat.ui.screens import ConfirmScreen
-
         answer: concurrent.futures.Future[bool] = concurrent.futures.Future()
 
         def ask() -> None:
@@ -124,7 +97,7 @@ def prestart_process_helpers() -> None:
 
 
 def start_engine(
-    app: ChatApp,
+    app: App,
     factory: EngineFactory,
     prepare: Callable[[StartupHooks], object] | None,
 ) -> threading.Thread:

@@ -1,0 +1,296 @@
+"""The chat widget: the conversation, the prompt and the live status bar, and the answer in flight.
+
+It knows an `Engine` (handed over by the app once it opens) and the conversation; it knows
+nothing of how the engine starts. When the engine dies mid-answer it says so in the chat and
+posts `EngineLost` for the app.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.timer import Timer
+
+from pocketchat import conversations
+from pocketchat.conversations import Conversation
+from pocketchat.errors import EngineCrashed, PocketchatError
+from pocketchat.engines.types import ChatOptions, Engine, EngineInfo
+from pocketchat.ui.messages import EngineLost
+from pocketchat.ui.screens import ConversationsScreen, SystemPromptScreen
+from pocketchat.ui.streaming import AnswerStream, RenderPacer, StreamUpdate
+from pocketchat.ui.widgets import (
+    AnswerView,
+    ChatLog,
+    Notice,
+    PromptInput,
+    StatusBar,
+    StatusFigures,
+    UserMessage,
+    Welcome,
+    figures_from_stats,
+    figures_line,
+)
+
+RESTART_HINT = "Ctrl+R restarts the engine (this conversation is kept); Ctrl+N starts a new chat."
+
+
+def describe_error(error: BaseException) -> tuple[str, str]:
+    """One line for the user and a hint; never a traceback."""
+    if isinstance(error, PocketchatError):
+        return error.message or type(error).__name__, error.hint
+    return f"{type(error).__name__}: {error}", ""
+
+
+class Chat(Vertical):
+    """One conversation with one engine; every message is saved as it happens."""
+
+    DEFAULT_CSS = "Chat { height: 1fr; }"
+
+    def __init__(
+        self,
+        conversation: Conversation | None = None,
+        *,
+        system: str | None = None,
+        thinking: bool = True,
+        options: ChatOptions | None = None,
+        save_interval: float = 1.0,
+        id: str | None = "chat",  # noqa: A002 - Textual's name
+    ) -> None:
+        super().__init__(id=id)
+        self.default_system = system
+        self.conversation = conversation or Conversation(system=system)
+        if conversation is not None and system is not None:
+            self.conversation.system = system
+        self.thinking = thinking
+        self.base_options = options or ChatOptions()
+        self.save_interval = save_interval
+        self.engine: Engine | None = None
+        self.info: EngineInfo | None = None
+        self.starting = False  # the app is opening an engine
+        self.memory: int | None = None
+        self.stream: AnswerStream | None = None
+        self._answer: AnswerView | None = None
+        self._pump_timer: Timer | None = None
+        self._pacer = RenderPacer()
+        self._previous: AnswerStream | None = None  # a stream left behind by Ctrl+N
+
+    def compose(self) -> ComposeResult:
+        yield ChatLog(id="chat-log")
+        yield PromptInput(id="prompt", placeholder="Ask anything · Enter sends · Ctrl+J new line")
+        yield StatusBar(id="status")
+
+    async def on_mount(self) -> None:
+        await self.show_conversation(self.conversation)
+        self.query_one(PromptInput).focus()
+
+    @property
+    def chat_log(self) -> ChatLog:
+        return self.query_one(ChatLog)
+
+    # -- what is on screen -------------------------------------------------------------
+    async def show_conversation(self, conversation: Conversation) -> None:
+        log = self.chat_log
+        await log.remove_children()
+        widgets = []
+        prompt = self.query_one(PromptInput)
+        answers = [m for m in conversation.messages if m.role == "assistant"]
+        for message in conversation.messages:
+            if message.role == "user":
+                widgets.append(UserMessage(message.content))
+                prompt.remember(message.content)
+            elif message.role == "assistant":
+                widgets.append(AnswerView(message.content, message.thinking))
+        if not widgets:
+            await log.mount(Welcome())
+        else:
+            await log.mount_all(widgets)
+            for view, message in zip(log.query(AnswerView).results(AnswerView), answers):
+                view.set_figures(figures_line(message.stats), message.interrupted)
+        log.scroll_end(animate=False)
+
+    def notice(self, text: str, hint: str = "", kind: str = "error") -> Notice:
+        widget = Notice(text, hint, kind)
+        self.chat_log.mount(widget)
+        self.chat_log.scroll_end(animate=False)
+        return widget
+
+    def status(self, figures: StatusFigures) -> None:
+        self.query_one(StatusBar).show(figures)
+
+    def idle_status(self, state: str = "Ready") -> None:
+        """The last answer's figures with a new state."""
+        old = self.query_one(StatusBar).figures
+        limit = self.info.n_ctx if self.info else old.context_limit
+        self.status(dataclasses.replace(old, state=state, context_limit=limit or 0,
+                                        memory_bytes=self.memory))
+
+    def set_memory(self, memory: int | None) -> None:
+        self.memory = memory
+        if self.stream is None:
+            self.idle_status(self.query_one(StatusBar).figures.state)
+
+    # -- sending and streaming ------------------------------------------------------------
+    async def on_prompt_input_submitted(self, event: PromptInput.Submitted) -> None:
+        if self.stream is not None:
+            self.notify("An answer is still streaming: Esc stops it.", severity="warning")
+            return
+        if self.engine is None:
+            why = "still loading" if self.starting else "not running (Ctrl+R restarts it)"
+            self.notify(f"The model is {why}.", severity="warning")
+            return
+        prompt = self.query_one(PromptInput)
+        prompt.remember(event.text)
+        prompt.clear()
+        await self.send(event.text)
+
+    async def send(self, text: str) -> None:
+        assert self.engine is not None
+        if self._previous is not None:  # one answer at a time: let a stopped one end first
+            await asyncio.to_thread(self._previous.wait, 10.0)
+            self._previous = None
+        conversation = self.conversation
+        conversation.add("user", text)
+        history = conversation.engine_messages()
+        message = conversation.add("assistant", interrupted=True)
+        view = AnswerView(streaming=True)
+        for welcome in self.chat_log.query(Welcome):
+            await welcome.remove()
+        await self.chat_log.mount_all([UserMessage(text), view])
+        self.chat_log.anchor()
+        self._answer = view
+        options = dataclasses.replace(self.base_options, thinking=self.thinking)
+        self.stream = AnswerStream(self.engine, conversation, message, history, options,
+                                   save_interval=self.save_interval)
+        self.status(figures_from_stats(None, "Waiting for the first token", self.memory,
+                                       self.info.n_ctx if self.info else 0, None))
+        self.run_worker(self.stream.run, thread=True, group="stream", exit_on_error=False)
+        self._pacer = RenderPacer()
+        self._pump_timer = self.set_interval(self._pacer.interval, self._pump)
+        self.app.refresh_bindings()
+
+    async def _pump(self) -> None:
+        """Render what arrived since the last tick (at most 20 times a second, see RenderPacer)."""
+        stream, view = self.stream, self._answer
+        if stream is None or view is None:
+            return
+        update = stream.drain()
+        if update.thinking:
+            await view.add_thinking(update.thinking)
+        if update.text:
+            await view.add_text(update.text)
+        state = "Answering" if view.text else "Thinking" if view.thinking else "Waiting for the first token"
+        limit = self.info.n_ctx if self.info else 0
+        self.status(figures_from_stats(update.stats, state, self.memory, limit,
+                                       update.first_token_at))
+        if update.done:
+            await self._finish(stream, view, update)
+        elif self._pacer.sample() and self._pump_timer is not None:
+            self._pump_timer.stop()  # rendering costs too much (or little): a new pace
+            self._pump_timer = self.set_interval(self._pacer.interval, self._pump)
+
+    def _stop_pump(self) -> None:
+        if self._pump_timer is not None:
+            self._pump_timer.stop()
+            self._pump_timer = None
+
+    async def _finish(self, stream: AnswerStream, view: AnswerView, update: StreamUpdate) -> None:
+        self._stop_pump()
+        message = stream.message
+        await view.finish(figures_line(message.stats), message.interrupted)
+        stats = update.stats
+        if update.exception is not None:
+            self._answer_failed(update.exception)
+        elif update.finish_reason == "error":
+            self.notice(f"The model could not answer: {update.error or 'unknown error'}",
+                        "Try again, or start a new chat with Ctrl+N.")
+        elif update.finish_reason == "length":
+            used = stats.context_used if stats else 0
+            limit = (stats.context_limit if stats else 0) or (self.info.n_ctx if self.info else 0)
+            self.notice(f"The context is full ({used}/{limit} tokens): the answer stopped there.",
+                        "Start a new chat with Ctrl+N, or restart with a larger --ctx.", "warning")
+        if stats is not None and stats.dropped_messages:
+            self.notice(f"{stats.dropped_messages} earlier messages no longer fit the context "
+                        "and were left out of what the model saw.", kind="info")
+        if stream.save_error is not None:
+            self.notice(f"Could not save the conversation: {stream.save_error}",
+                        "Free some disk space; the chat goes on.", "warning")
+        self.idle_status("Stopped" if message.interrupted else "Ready")
+        self.stream, self._answer = None, None  # last: a test (or a user) sees it all done
+        self.app.refresh_bindings()
+
+    def _answer_failed(self, error: BaseException) -> None:
+        text, hint = describe_error(error)
+        if isinstance(error, EngineCrashed):
+            self.post_message(EngineLost())
+            self.notice(f"The engine stopped: {text}", RESTART_HINT)
+        else:
+            self.notice(f"The answer failed: {text}", hint or RESTART_HINT)
+
+    def stop(self) -> None:
+        """Esc: ask the engine to stop; the answer ends when it does."""
+        if self.stream is not None:
+            self.stream.cancel()
+            self.status(dataclasses.replace(self.query_one(StatusBar).figures, state="Stopping"))
+
+    def shutdown(self, wait: float = 0.0) -> None:
+        """Stop the answer in flight (waiting up to `wait` seconds for it to save)."""
+        if self.stream is not None:
+            self.stream.cancel()
+            if wait:
+                self.stream.wait(wait)
+
+    # -- conversations ---------------------------------------------------------------------
+    async def new_chat(self) -> None:
+        await self.open_conversation(Conversation(system=self.default_system,
+                                                  model=self.info.model if self.info else ""))
+
+    async def open_conversation(self, conversation: Conversation) -> None:
+        if self.stream is not None:
+            stream = self._previous = self.stream
+            stream.cancel()  # the thread saves the old conversation as far as it got
+            self._stop_pump()
+            self.stream, self._answer = None, None
+        self.conversation = conversation
+        await self.show_conversation(conversation)
+        self.query_one(StatusBar).figures = StatusFigures()
+        self.idle_status()
+        self.query_one(PromptInput).focus()
+
+    def edit_system_prompt(self) -> None:
+        def apply(value: str | None) -> None:
+            if value is None:
+                return
+            self.conversation.system = value or None
+            self.default_system = value or None
+            if self.conversation.messages:
+                self.conversation.save()
+            self.notify("System prompt set." if value else "System prompt cleared.")
+
+        self.app.push_screen(SystemPromptScreen(self.conversation.system), callback=apply)
+
+    def toggle_thinking(self) -> None:
+        self.thinking = not self.thinking
+        self.notify(f"Thinking {'on' if self.thinking else 'off'} for the next answers.")
+
+    def copy_answer(self) -> None:
+        answer = self.conversation.last_answer()
+        if answer is None:
+            self.notify("No answer to copy yet.", severity="warning")
+            return
+        self.app.copy_to_clipboard(answer.content)
+        self.notify("Copied the last answer.")
+
+    def open_saved(self) -> None:
+        saved, skipped = conversations.scan()
+        if skipped:
+            self.notify(f"{len(skipped)} unreadable conversation file(s) skipped.",
+                        severity="warning")
+
+        async def opened(choice: Conversation | None) -> None:
+            if choice is not None:
+                await self.open_conversation(choice)
+
+        self.app.push_screen(ConversationsScreen(saved), callback=opened)

@@ -1,0 +1,42 @@
+"""The command palette's chat commands, as a Textual command `Provider` (Ctrl+P)."""
+
+from __future__ import annotations
+
+from typing import Callable, Iterator
+
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+
+from pocketchat.ui.chat import Chat
+
+PaletteCommand = tuple[str, str, Callable[[], object]]
+
+
+class ChatCommands(Provider):
+    """New chat, system prompt, thinking on/off, copy, hardware, saved chats, restart."""
+
+    def _commands(self) -> Iterator[PaletteCommand]:
+        app = self.app
+        chats = self.screen.query(Chat)
+        if chats:
+            chat = chats.first(Chat)
+            yield "New chat", "Start a new conversation (Ctrl+N)", chat.new_chat
+            yield "System prompt", "Set the system prompt of this chat", chat.edit_system_prompt
+            state = "off" if chat.thinking else "on"
+            yield f"Thinking {state}", f"Turn the model's thinking {state}", chat.toggle_thinking
+            yield "Copy last answer", "Copy the last answer to the clipboard", chat.copy_answer
+        yield ("Hardware and recommendation", "What runs, on what, and why",
+               lambda: app.run_action("about"))
+        if chats:
+            yield "Open a saved conversation", "Pick one of the saved chats", chat.open_saved
+            yield "Restart the engine", "Reload the model (Ctrl+R)", lambda: app.run_action("restart")
+
+    async def discover(self) -> Hits:
+        for name, help_text, callback in self._commands():
+            yield DiscoveryHit(name, callback, help=help_text)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for name, help_text, callback in self._commands():
+            score = matcher.match(name)
+            if score > 0:
+                yield Hit(score, matcher.highlight(name), callback, help=help_text)
