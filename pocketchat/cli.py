@@ -63,9 +63,12 @@ def _dispatch(argv: list[str]) -> int:
 
 
 def format_error(exc: PocketchatError) -> str:
-    text = f"error: {exc.message}"
+    """`error: MESSAGE` and an indented hint; text quoted from files or servers shown harmlessly."""
+    from pocketchat.textsafe import visible
+
+    text = f"error: {visible(exc.message)}"
     if exc.hint:
-        text += f"\n  {exc.hint}"
+        text += f"\n  {visible(exc.hint)}"
     return text
 
 
@@ -87,8 +90,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # the last line of defence: never a bare traceback
         if settings().debug:
             traceback.print_exc()
+        from pocketchat.textsafe import one_line
+
         print(
-            f"error: unexpected {type(exc).__name__}: {exc}\n"
+            f"error: unexpected {type(exc).__name__}: {one_line(str(exc))}\n"
             "  This is a bug in pocketchat. Run again with POCKETCHAT_DEBUG=1 for the traceback"
             " and report it with `pocketchat --probe --json`.",
             file=sys.stderr,

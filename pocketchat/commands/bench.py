@@ -16,6 +16,8 @@ import statistics
 import sys
 from dataclasses import dataclass, replace
 
+from pocketchat.textsafe import visible
+
 WORDS = (
     "river stone light paper window garden music table story mountain cloud letter bridge "
     "market summer winter forest silver engine circle market yellow thunder harbor candle "
@@ -116,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     if plan.n_ctx < need:
         plan = replace(plan, n_ctx=need)
     if not args.json:
-        print(f"loading {choice.name} ...", file=sys.stderr)
+        print(visible(f"loading {choice.name} ..."), file=sys.stderr)
     engine = open_engine(plan, choice.path, name=choice.name, in_process=args.in_process)
     try:
         rng = random.Random(1234)
@@ -142,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
                         for r in results],
         }, indent=2))
         return 0
-    print(_table(choice.name, size, engine.info, plan, results))
+    print(visible(_table(choice.name, size, engine.info, plan, results)))
     return 0
 
 

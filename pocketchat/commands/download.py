@@ -9,6 +9,7 @@ from typing import TextIO
 
 from pocketchat.errors import NothingFits, UsageError
 from pocketchat.store.types import DownloadPlan, DownloadProgress, human_bytes
+from pocketchat.textsafe import one_line, visible
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -61,7 +62,7 @@ class TerminalProgress:
                 return
             self._last = now
             text = self.format(p)
-            self.stream.write("\r" + text.ljust(self._width))
+            self.stream.write("\r" + one_line(text).ljust(self._width))
             self._width = len(text)
             self._open = True
             self.stream.flush()
@@ -69,7 +70,7 @@ class TerminalProgress:
             decile = int(p.fraction * 10)
             if decile != self._decile:
                 self._decile = decile
-                self.stream.write(self.format(p) + "\n")
+                self.stream.write(one_line(self.format(p)) + "\n")
                 self.stream.flush()
 
     @staticmethod
@@ -88,7 +89,7 @@ class TerminalProgress:
 
     def _line(self, text: str) -> None:
         self.finish()
-        self.stream.write(text + "\n")
+        self.stream.write(visible(text) + "\n")
         self.stream.flush()
 
     def finish(self) -> None:
@@ -110,7 +111,7 @@ def make_confirm(yes: bool, stdin: TextIO | None = None, stream: TextIO | None =
             raise UsageError(f"not downloading {plan.name} ({human_bytes(plan.total_bytes)}) without asking, "
                              "and there is no terminal to ask on",
                              hint="Pass --yes to download without asking.")
-        out.write(plan.question() + " [y/N] ")
+        out.write(visible(plan.question()) + " [y/N] ")
         out.flush()
         return inp.readline().strip().lower() in ("y", "yes")
 
@@ -138,5 +139,5 @@ def run(args: argparse.Namespace) -> int:
                             options=options)
     finally:
         progress.finish()
-    print(path)
+    print(visible(str(path)))
     return 0

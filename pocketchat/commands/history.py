@@ -9,6 +9,7 @@ import time
 
 from pocketchat import conversations
 from pocketchat.paths import settings
+from pocketchat.textsafe import one_line, visible
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -23,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
         return _show(args.show, as_json=args.json)
     found, skipped = conversations.scan()
     for path, why in skipped:
-        print(f"warning: skipped unreadable {path.name}: {why}", file=sys.stderr)
+        print(one_line(f"warning: skipped unreadable {path.name}: {why}"), file=sys.stderr)
     shown = found if args.limit <= 0 else found[: args.limit]
     if args.json:
         print(json.dumps([_summary(c) for c in shown], indent=1, ensure_ascii=False))
@@ -35,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
         s = _summary(c)
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(s["updated"]))
         mark = "  (interrupted)" if s["interrupted"] else ""
-        print(f"{c.id}  {when}  {s['prompts']:>3} prompts  {c.display_title}{mark}")
+        count = f"{s['prompts']:>3} prompt" + ("" if s["prompts"] == 1 else "s")
+        print(f"{one_line(c.id)}  {when}  {count:<11}  {one_line(c.display_title)}{mark}")
     if len(found) > len(shown):
         print(f"... and {len(found) - len(shown)} older (use -n 0 to see all)")
     print("\nReopen the last one with `pocketchat --continue`.")
@@ -66,10 +68,10 @@ def _show(ident: str, as_json: bool) -> int:
     if as_json:
         print(json.dumps(c.to_json(), indent=1, ensure_ascii=False))
         return 0
-    print(f"# {c.display_title}  ({c.model or 'unknown model'})")
+    print(one_line(f"# {c.display_title}  ({c.model or 'unknown model'})"))
     if c.system:
-        print(f"[system] {c.system}")
+        print(visible(f"[system] {c.system}"))
     for m in c.messages:
         mark = " [interrupted]" if m.interrupted else ""
-        print(f"\n[{m.role}]{mark}\n{m.content}")
+        print(f"\n[{m.role}]{mark}\n{visible(m.content)}")
     return 0

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from pocketchat.commands.download import human_bytes
+from pocketchat.textsafe import visible
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -24,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "action", None) == "rm":
         for name in args.names:
             removed = store.remove(name)
-            print(f"removed {name}: " + ", ".join(str(p) for p in removed))
+            print(visible(f"removed {name}: " + ", ".join(str(p) for p in removed)))
         return 0
     models = store.list_models()
     partials = inventory.partials()
@@ -47,10 +48,10 @@ def run(args: argparse.Namespace) -> int:
     if rows:
         widths = [max(len(r[i]) for r in rows + [("MODEL", "SIZE", "CHECKSUM", "PATH")]) for i in range(3)]
         for r in [("MODEL", "SIZE", "CHECKSUM", "PATH"), *rows]:
-            print("  ".join(c.ljust(w) for c, w in zip(r[:3], widths)) + "  " + r[3])
+            print(visible("  ".join(c.ljust(w) for c, w in zip(r[:3], widths)) + "  " + r[3]))
     for i in partials:
         size = i["size"] or 0
         pct = f"{100 * i['bytes_done'] / size:.0f}%" if size else "?"
-        print(f"partial: {i['repo_id']}/{i['path']}  {human_bytes(i['bytes_done'])} of {human_bytes(size)} "
-              f"({pct}); `pocketchat download {i['repo_id']}/{i['path']}` resumes it")
+        print(visible(f"partial: {i['repo_id']}/{i['path']}  {human_bytes(i['bytes_done'])} of {human_bytes(size)} "
+              f"({pct}); `pocketchat download {i['repo_id']}/{i['path']}` resumes it"))
     return 0

@@ -7,6 +7,7 @@ import json
 
 from pocketchat.errors import NothingFits
 from pocketchat.types import HardwareProfile, Recommendation
+from pocketchat.textsafe import visible
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -46,15 +47,15 @@ def run(args: argparse.Namespace) -> int:
 
     profile = profile_from_args(args)
     if args.probe and not args.recommend:
-        print(json.dumps(profile.to_json(), indent=2) if args.json else report.format_profile(profile))
+        print(json.dumps(profile.to_json(), indent=2) if args.json else visible(report.format_profile(profile)))
         return 0
     rec = recommend(args, profile)
     if args.json:
         print(json.dumps(rec.to_json(), indent=2))
     else:
         if args.probe:
-            print(report.format_profile(profile) + "\n")
-        print(report.format_recommendation(rec))
+            print(visible(report.format_profile(profile)) + "\n")
+        print(visible(report.format_recommendation(rec)))
     if rec.recommended is None:
         # The table above already says why; the error line gives the figures in one sentence.
         raise NothingFits(report.nothing_fits_summary(rec),

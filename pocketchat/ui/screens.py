@@ -22,6 +22,7 @@ from textual.widgets import (
 from textual.widgets.option_list import Option
 
 from pocketchat.conversations import Conversation
+from pocketchat.textsafe import one_line, visible
 from pocketchat.ui.format import human_bytes, human_duration
 
 
@@ -35,7 +36,7 @@ class LoadingScreen(Screen):
 
     def compose(self) -> ComposeResult:
         with Middle(), Center(classes="startup-box"):
-            yield Label(self.what, id="loading-title")
+            yield Label(one_line(self.what), id="loading-title", markup=False)
             yield LoadingIndicator()
             yield Label("", id="loading-elapsed")
         yield Footer()
@@ -45,7 +46,7 @@ class LoadingScreen(Screen):
 
     def set_what(self, what: str) -> None:
         self.what = what
-        self.query_one("#loading-title", Label).update(what)
+        self.query_one("#loading-title", Label).update(one_line(what))
 
     def _tick(self) -> None:
         elapsed = time.monotonic() - self._started
@@ -62,7 +63,7 @@ class DownloadScreen(Screen):
 
     def compose(self) -> ComposeResult:
         with Middle(), Center(classes="startup-box"):
-            yield Label(self.what, id="download-title")
+            yield Label(one_line(self.what), id="download-title", markup=False)
             yield ProgressBar(total=None, show_eta=False, show_percentage=False, id="download-bar")
             yield Label("starting…", id="download-figures")
         yield Footer()
@@ -104,7 +105,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog-box"):
-            yield Static(self.question, markup=False, classes="question")
+            yield Static(visible(self.question), markup=False, classes="question")
             with Horizontal(classes="buttons"):
                 yield Button("Yes", variant="primary", id="yes")
                 yield Button("No", id="no")
@@ -158,7 +159,7 @@ class InfoScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(classes="dialog-box wide tall"):
-            yield Markdown(self.markdown)
+            yield Markdown(visible(self.markdown))
         yield Footer()
 
     def action_close(self) -> None:
@@ -199,4 +200,4 @@ def conversation_line(c: Conversation) -> str:
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(c.updated or c.created))
     count = sum(1 for m in c.messages if m.role == "user")
     mark = " (interrupted)" if any(m.interrupted for m in c.messages) else ""
-    return f"{when}  {c.display_title}  · {count} prompt{'s' if count != 1 else ''}{mark}"
+    return f"{when}  {one_line(c.display_title)}  · {count} prompt{'s' if count != 1 else ''}{mark}"

@@ -13,6 +13,7 @@ from textual.widgets import Collapsible, Label, Markdown, Static, TextArea
 from textual.widgets._markdown import MarkdownStream
 
 from pocketchat.engines.types import EngineInfo, Stats
+from pocketchat.textsafe import one_line, visible
 from pocketchat.ui.format import compact_count, human_bytes, human_duration, meter
 
 
@@ -24,13 +25,13 @@ class EngineHeader(Static):
 
     def show(self, info: EngineInfo | None, state: str = "") -> None:
         if info is None:
-            self.update(f"pocketchat · {state or 'no model loaded'}")
+            self.update(one_line(f"pocketchat · {state or 'no model loaded'}"))
             return
         placement = PLACEMENT_WORDS.get(info.placement, info.placement)  # a bare plan word
         parts = ["pocketchat", info.model, info.backend, placement, f"ctx {info.n_ctx}"]
         if state:
             parts.append(state)
-        self.update(" · ".join(p for p in parts if p))
+        self.update(one_line(" · ".join(p for p in parts if p)))
 
 
 class ChatLog(VerticalScroll):
@@ -57,7 +58,7 @@ class UserMessage(Static):
     """What the user sent, shown as typed (no markup)."""
 
     def __init__(self, text: str) -> None:
-        super().__init__(text, markup=False, classes="message user")
+        super().__init__(visible(text), markup=False, classes="message user")
 
 
 class Notice(Static):
@@ -65,7 +66,7 @@ class Notice(Static):
 
     def __init__(self, text: str, hint: str = "", kind: str = "error") -> None:
         body = text if not hint else f"{text}\n{hint}"
-        super().__init__(body, markup=False, classes=f"notice {kind}")
+        super().__init__(visible(body), markup=False, classes=f"notice {kind}")
         self.kind = kind
 
 
@@ -85,12 +86,12 @@ class AnswerView(Vertical):
     def compose(self):
         if self._initial_thinking:
             yield self._make_thinking(self._initial_thinking, collapsed=not self.streaming)
-        yield Markdown(self._initial_text, classes="answer")
+        yield Markdown(visible(self._initial_text), classes="answer")
         yield Label("", classes="figures")
 
     def _make_thinking(self, text: str, collapsed: bool) -> Collapsible:
         return Collapsible(
-            Markdown(text, classes="thinking-text"),
+            Markdown(visible(text), classes="thinking-text"),
             title="Thinking",
             collapsed=collapsed,
             classes="thinking",
@@ -108,7 +109,7 @@ class AnswerView(Vertical):
             if not self.query("Collapsible.thinking"):
                 await self.mount(self._make_thinking("", collapsed=False), before=self.answer)
             self._thinking_stream = Markdown.get_stream(self.query_one(".thinking-text", Markdown))
-        await self._thinking_stream.write(fragment)
+        await self._thinking_stream.write(visible(fragment))
 
     async def add_text(self, fragment: str) -> None:
         if not fragment:
@@ -121,7 +122,7 @@ class AnswerView(Vertical):
         self.text += fragment
         if self._answer_stream is None:
             self._answer_stream = Markdown.get_stream(self.answer)
-        await self._answer_stream.write(fragment)
+        await self._answer_stream.write(visible(fragment))
 
     async def _stop_thinking(self) -> None:
         if self._thinking_stream is not None:

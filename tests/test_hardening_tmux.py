@@ -1,0 +1,98 @@
+"""Issue 15 in a real terminal (tmux): text from a saved chat or a paste never drives the terminal,
+SIGTERM mid-answer saves and restores the terminal, a read-only conversation folder is reported."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_tmux_e2e import Tmux
+
+from pocketchat.paths import settings
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
+]
+
+REPO = Path(__file__).resolve().parents[1]
+EVIL = "\x1b]0;HACKED-TITLE\x07\x1b[2J\x1b[H"
+
+
+def _command(tmp_path: Path, args: str, extra_env: dict[str, str] | None = None) -> tuple[str, Path]:
+    exit_file = tmp_path / "exit-code"
+    env = {var: os.environ[var] for var in ("POCKETCHAT_DATA_DIR", "POCKETCHAT_CACHE_DIR", "HF_HOME",
+                                            "HF_HUB_CACHE", "HF_ENDPOINT", "PATH", "HOME")
+           if var in os.environ}
+    env.update(HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO), TERM="xterm-256color", **(extra_env or {}))
+    exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    pid_file = tmp_path / "pid"
+    command = (f"cd {shlex.quote(str(REPO))} && env -i {exports} sh -c 'echo $$ > {pid_file}; exec "
+               f"{shlex.quote(sys.executable)} -m pocketchat {args}'; "
+               f"echo $? > {shlex.quote(str(exit_file))}; sleep 60")
+    return command, exit_file
+
+
+def _wait_file(path: Path, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return path.exists()
+
+
+def _saved_chat(content: str, *, model: str = "") -> Path:
+    folder = settings().conversations_dir
+    folder.mkdir(parents=True, exist_ok=True)
+    data = {"version": 1, "id": "20260101-000000-abcdef", "title": "evil" + EVIL, "created": 1.0,
+            "updated": 2.0, "model": model, "system": None,
+            "messages": [{"role": "user", "content": "hello there"},
+                         {"role": "assistant", "content": content, "thinking": ""}]}
+    path = folder / "20260101-000000-abcdef.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _ready(s: str) -> bool:
+    return "ctx " in s and "Ready" in s
+
+
+def test_continue_with_escapes_in_the_saved_chat_shows_them_harmlessly(tmp_path):
+    pytest.importorskip("llama_cpp")
+    _saved_chat(f"BEFORE-MARK {EVIL} AFTER-MARK")
+    command, exit_file = _command(tmp_path, "--model starter --continue --no-think")
+    tmux = Tmux()
+    try:
+        tmux("new-session", "-d", "-s", "e2e", "-x", "110", "-y", "34", command)
+        screen = tmux.wait_for(_ready, 90, "the starter model to load")
+        time.sleep(0.5)
+        screen = tmux.screen()
+        title = tmux("display-message", "-p", "-t", "e2e", "#{pane_title}").strip()
+        assert "HACKED" not in title
+        assert "hello there" in screen and "BEFORE-MARK" in screen and "AFTER-MARK" in screen, screen
+        assert "␛" in screen
+        tmux("send-keys", "-t", "e2e", "C-q")
+        assert _wait_file(exit_file, 30), tmux.screen()
+    finally:
+        tmux.kill()
+
+
+def test_history_show_prints_escapes_visibly(tmp_path):
+    import subprocess
+
+    _saved_chat(f"answer {EVIL} end")
+    done = subprocess.run([sys.executable, "-m", "pocketchat", "history", "--show", "20260101-000000-abcdef"],
+                          capture_output=True, text=True, timeout=60, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stdout and "\x07" not in done.stdout
+    assert "answer ␛]0;HACKED-TITLE␇␛[2J␛[H end" in done.stdout
+    listing = subprocess.run([sys.executable, "-m", "pocketchat", "history"], capture_output=True, text=True,
+                             timeout=60, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert "\x1b" not in listing.stdout and "evil␛]0;HACKED" in listing.stdout
