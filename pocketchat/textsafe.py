@@ -43,6 +43,11 @@ def one_line(text: str) -> str:
     return _UNSAFE_ONE_LINE.sub(_picture, text)
 
 
+def pasted(text: str) -> str:
+    """Pasted or typed-in text to keep: line ends made newlines, other control characters shown."""
+    return visible(text.replace("\r\n", "\n").replace("\r", "\n"))
+
+
 def is_safe(text: str) -> bool:
     """Whether `text` holds no character `visible()` would change (CRLF aside)."""
     return _UNSAFE.search(text.replace("\r\n", "\n")) is None

@@ -96,3 +96,29 @@ def test_history_show_prints_escapes_visibly(tmp_path):
     listing = subprocess.run([sys.executable, "-m", "pocketchat", "history"], capture_output=True, text=True,
                              timeout=60, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert "\x1b" not in listing.stdout and "evil␛]0;HACKED" in listing.stdout
+
+
+def test_a_paste_with_control_characters_keeps_its_order_and_saves_no_raw_escape(tmp_path):
+    pytest.importorskip("llama_cpp")
+    command, exit_file = _command(tmp_path, "--model starter --no-think")
+    tmux = Tmux()
+    try:
+        tmux("new-session", "-d", "-s", "e2e", "-x", "110", "-y", "34", command)
+        tmux.wait_for(_ready, 90, "the starter model to load")
+        tmux("set-buffer", "-b", "evil", "abc \x1b[2J def ghi")
+        tmux("paste-buffer", "-p", "-b", "evil", "-t", "e2e")  # bracketed, as a terminal pastes
+        screen = tmux.wait_for(lambda s: "ghi" in s, 10, "the paste")
+        assert "abc ␛[2J def ghi" in screen, screen
+        tmux("send-keys", "-t", "e2e", "Enter")
+        time.sleep(1.0)
+        tmux("send-keys", "-t", "e2e", "Escape")
+        time.sleep(1.0)
+        tmux("send-keys", "-t", "e2e", "C-q")
+        assert _wait_file(exit_file, 30), tmux.screen()
+        saved = list(settings().conversations_dir.glob("*.json"))
+        assert len(saved) == 1
+        chat = json.loads(saved[0].read_text())
+        assert chat["messages"][0]["content"] == "abc ␛[2J def ghi"
+        assert "\x1b" not in saved[0].read_text() and "\\u001b" not in saved[0].read_text()
+    finally:
+        tmux.kill()

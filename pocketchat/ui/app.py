@@ -98,6 +98,12 @@ class ChatApp(App[int]):
     def thinking(self) -> bool:
         return self.chat.thinking
 
+    def get_driver_class(self):
+        """Textual's driver, with pasted ESC kept in the paste (see ui/pasteguard.py)."""
+        from pocketchat.ui.pasteguard import safe_paste_driver
+
+        return safe_paste_driver(super().get_driver_class())
+
     # -- layout ------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield EngineHeader(id="header")

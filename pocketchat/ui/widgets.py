@@ -13,7 +13,7 @@ from textual.widgets import Collapsible, Label, Markdown, Static, TextArea
 from textual.widgets._markdown import MarkdownStream
 
 from pocketchat.engines.types import EngineInfo, Stats
-from pocketchat.textsafe import one_line, visible
+from pocketchat.textsafe import one_line, pasted, visible
 from pocketchat.ui.format import compact_count, human_bytes, human_duration, meter
 
 
@@ -180,6 +180,15 @@ class PromptInput(TextArea):
     def action_newline(self) -> None:
         start, end = self.selection
         self.replace("\n", start, end, maintain_selection_offset=False)
+
+    async def _on_paste(self, event: events.Paste) -> None:
+        # Control characters in a paste are shown (ESC as ␛), never kept raw; see ui/pasteguard.py.
+        event.stop()
+        event.prevent_default()
+        if self.read_only:
+            return
+        start, end = self.selection
+        self.replace(pasted(event.text), start, end, maintain_selection_offset=False)
 
     def remember(self, text: str) -> None:
         if text and (not self.sent or self.sent[-1] != text):

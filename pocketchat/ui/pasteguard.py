@@ -1,0 +1,110 @@
+"""Pasted text that holds ESC: kept in order, the ESC shown as "␛", never typed as keys.
+
+Textual's input parser ends a bracketed paste's text at an ESC inside it and types what follows
+as keys (ESC as "^"), before the paste itself arrives: `abc \\x1b[2J def` became `^[2J defabc `.
+`PasteGuard` sits between the terminal and the parser and replaces each ESC inside a bracketed
+paste (between `ESC[200~` and `ESC[201~`) by "␛", so the parser sees one clean paste;
+`SafePasteDriver` is Textual's Linux/macOS driver with the guard in its input thread.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import selectors
+from typing import Type
+
+from textual.driver import Driver
+
+ESC = "\x1b"
+START = "\x1b[200~"
+END = "\x1b[201~"
+SHOWN_ESC = "\u241b"  # ␛
+
+
+class PasteGuard:
+    """A filter over the terminal's input text, fed in pieces as they are read."""
+
+    def __init__(self) -> None:
+        self.in_paste = False
+        self._tail = ""  # the last few characters outside a paste (a START split across reads)
+        self._held = ""  # a possible start of END at the end of the last piece, inside a paste
+
+    def filter(self, data: str) -> str:
+        """The same text, ESC inside a paste shown as ␛; may hold back up to 5 characters of one."""
+        out: list[str] = []
+        while data:
+            if not self.in_paste:
+                probe = self._tail + data
+                found = probe.find(START)
+                if found < 0:
+                    out.append(data)
+                    self._tail = probe[-(len(START) - 1):]
+                    break
+                cut = found + len(START) - len(self._tail)
+                out.append(data[:cut])
+                data, self.in_paste, self._tail = data[cut:], True, ""
+                continue
+            data, self._held = self._held + data, ""
+            end = data.find(END)
+            if end < 0:
+                keep = _partial_end(data)
+                body = data[: len(data) - keep]
+                self._held = data[len(body):]
+                out.append(body.replace(ESC, SHOWN_ESC))
+                break
+            out.append(data[:end].replace(ESC, SHOWN_ESC) + END)
+            data, self.in_paste = data[end + len(END):], False
+        return "".join(out)
+
+
+def _partial_end(data: str) -> int:
+    """How many characters at the end of `data` could be the start of END."""
+    for n in range(min(len(END) - 1, len(data)), 0, -1):
+        if END.startswith(data[-n:]):
+            return n
+    return 0
+
+
+def safe_paste_driver(base: Type[Driver]) -> Type[Driver]:
+    """`base` with the paste guard in its input thread, when it is Textual's Linux driver."""
+    try:
+        from textual._xterm_parser import XTermParser
+        from textual.drivers.linux_driver import LinuxDriver
+    except ImportError:  # pragma: no cover - Windows
+        return base
+    if not issubclass(base, LinuxDriver):
+        return base
+
+    class SafePasteDriver(base):  # type: ignore[misc, valid-type]
+        def run_input_thread(self) -> None:
+            guard = PasteGuard()
+            parser = XTermParser(self._debug)
+            decode = codecs.getincrementaldecoder("utf-8")(errors="replace").decode
+            selector = selectors.SelectSelector()  # as Textual: kqueue cannot watch a tty on macOS
+            selector.register(self.fileno, selectors.EVENT_READ)
+
+            def pump(final: bool) -> None:
+                for _key, mask in selector.select(0.1):
+                    if mask & selectors.EVENT_READ:
+                        text = decode(os.read(self.fileno, 4096), final=final)
+                        if text:
+                            for event in parser.feed(guard.filter(text)):
+                                self.process_message(event)
+                for event in parser.tick():
+                    self.process_message(event)
+
+            try:
+                while not self.exit_event.is_set():
+                    pump(final=False)
+                selector.unregister(self.fileno)
+            finally:
+                selector.close()
+                try:
+                    for _event in parser.feed(""):
+                        pass
+                except Exception:  # noqa: BLE001 - the parser's end of input; nothing to do
+                    pass
+
+    SafePasteDriver.__name__ = f"SafePaste{base.__name__}"
+    return SafePasteDriver
