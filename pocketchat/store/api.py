@@ -225,17 +225,17 @@ def ensure(
     try:
         rm = online_rm or _resolve_online(s)
     except HubUnreachable as exc:
-        raise _offline_error(s.text, exc.message) from None
+        raise _offline_error(s.text, exc.message, hint=exc.hint if "answers are not" in exc.message else None) from None
     return fetcher.fetch_model(rm, confirm=confirm, progress=progress, options=options or DownloadOptions())
 
 
-def _offline_error(name: str, why: str) -> OfflineError:
+def _offline_error(name: str, why: str, hint: str | None = None) -> OfflineError:
     have = [m.name for m in list_models()]
     listing = ", ".join(have) if have else "nothing yet"
     return OfflineError(
         f"{why}, and {name} is not on disk (on disk: {listing})",
-        hint="Connect to the network and run `pocketchat download " + name + "`, or pick a model on disk"
-        " with --model.",
+        hint=hint or "Connect to the network and run `pocketchat download " + name + "`, or pick a model "
+        "on disk with --model.",
     )
 
 

@@ -73,7 +73,7 @@ def list_repo(repo_id: str, revision: str = "main") -> Listing:
         for sib in (info.siblings or [])
     )
     if not info.sha:
-        raise DownloadError(f"the Hub's listing of {repo_id} names no commit; {s.hf_endpoint} may not be a Hub")
+        raise not_the_hub(f"its listing of {repo_id} names no commit")
     return Listing(repo_id=repo_id, commit=info.sha, files=files)
 
 
@@ -110,6 +110,26 @@ def is_unreachable(exc: BaseException) -> bool:
                             OfflineModeIsEnabled, HubUnreachable))
 
 
+NOT_THE_HUB_HINT = ("A captive portal (a Wi-Fi login page), a proxy or a wrong HF_ENDPOINT answers instead: "
+                    "log in to the network or fix HF_ENDPOINT, or run with --offline to use only what is "
+                    "on disk.")
+
+
+def not_the_hub(detail: str) -> HubUnreachable:
+    """The error for answers that do not come from the Hub (a captive portal, a proxy)."""
+    return HubUnreachable(f"the Hub cannot be reached at {settings().hf_endpoint} (answers are not the "
+                          f"Hub's: {detail})", hint=NOT_THE_HUB_HINT)
+
+
+def from_the_hub(exc: BaseException) -> bool:
+    """Whether an HTTP error response carries the Hub's own error headers (or JSON body)."""
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None) or {}
+    if any(k in headers for k in ("x-error-code", "x-error-message", "x-repo-commit", "x-request-id")):
+        return True
+    return "json" in str(headers.get("content-type", "")).lower()
+
+
 def status_of(exc: BaseException) -> int | None:
     response = getattr(exc, "response", None)
     return getattr(response, "status_code", None)
@@ -128,7 +148,11 @@ def translate(exc: BaseException, repo_id: str, path: str | None = None) -> Base
         return HubUnreachable(f"cannot reach the Hugging Face Hub at {s.hf_endpoint} ({type(exc).__name__})")
     if isinstance(exc, httpx2.TransportError):
         return DownloadError(f"the connection to {s.hf_endpoint} failed while asking about {what}: {exc}")
+    if isinstance(exc, ValueError) and not isinstance(exc, hf.HfHubHTTPError):  # JSONDecodeError
+        return not_the_hub(f"an answer about {what} is not JSON")
     status = status_of(exc)
+    if status in (401, 403, 404) and isinstance(exc, hf.HfHubHTTPError) and not from_the_hub(exc):
+        return not_the_hub(f"HTTP {status} for {what} without the Hub's error headers")
     token_hint = (
         "Your HF_TOKEN has no access to it: accept the repo's terms on its page, or use another token."
         if s.hf_token

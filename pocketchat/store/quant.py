@@ -64,12 +64,15 @@ def find_quant(paths: Iterable[str], quant: str, *, repo_id: str) -> list[str]:
     An exact token match (`Q4_K_M` in `x-Q4_K_M.gguf`) wins over a prefix match (`Q4_K` in
     `x-Q4_K_M.gguf`); none or several candidates raise an error that lists what the repo has.
     """
+    paths = list(paths)
     groups = gguf_groups(paths)
     candidates = {k: v for k, v in groups.items() if "mmproj" not in k.lower() or "mmproj" in quant.lower()}
     hits = [k for k in candidates if _matches(k, quant, prefix=False)]
     if not hits:
         hits = [k for k in candidates if _matches(k, quant, prefix=True)]
-    listing = ", ".join(_label(k, v) for k, v in candidates.items()) or "no GGUF files"
+    if not candidates:
+        raise no_gguf(repo_id, paths)
+    listing = ", ".join(_label(k, v) for k, v in candidates.items())
     if not hits:
         raise AmbiguousModel(
             f"{repo_id} has no GGUF file for quant {quant!r}; it has: {listing}",
@@ -100,7 +103,20 @@ def single_model(paths: Iterable[str], *, repo_id: str) -> tuple[str, list[str]]
     mlx = [p for p in paths if is_mlx_file(p)]
     if any(p.endswith(".safetensors") for p in mlx):
         return "mlx", sorted(mlx)
-    raise ModelNotFound(f"{repo_id} holds no GGUF file and no MLX weights (files: {', '.join(paths[:12]) or 'none'})")
+    raise no_gguf(repo_id, paths)
+
+
+def no_gguf(repo_id: str, paths: Iterable[str]) -> ModelNotFound:
+    """A repo that holds no GGUF file (and no MLX weights): say what it holds and where to look."""
+    paths = list(paths)
+    shown = ", ".join(paths[:8]) + (f" and {len(paths) - 8} more" if len(paths) > 8 else "") if paths else "no files"
+    weights = any(p.endswith((".safetensors", ".bin")) for p in paths)
+    return ModelNotFound(
+        f"{repo_id} holds no GGUF files (it has: {shown})",
+        hint=("It holds the original weights: look for a GGUF conversion of it on the Hub (often a repo "
+              "named ...-GGUF) and pass that with --model." if weights else
+              "Pass a repo that holds .gguf files (often named ...-GGUF), or a local .gguf with --model."),
+    )
 
 
 def _quant_of(key: str) -> str:
