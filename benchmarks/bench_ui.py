@@ -36,9 +36,9 @@ TOK_S = re.compile(r"(\d+(?:\.\d+)?) tok/s")
 
 def choose(ctx: int):
     from pocketchat.commands.common import choose_model
+    from pocketchat.commands.selection import Selection
 
-    args = argparse.Namespace(model="starter", ctx=ctx, hardware=None, lang="en",
-                              backend=None, offline=True, yes=True)
+    args = Selection(model="starter", ctx=ctx, offline=True, yes=True)
     return choose_model(args)
 
 

@@ -9,6 +9,7 @@ import traceback
 from typing import Sequence
 
 from pocketchat import __version__
+from pocketchat.commands.selection import add_selection_args
 from pocketchat.errors import PocketchatError
 
 # Subcommand name -> module in pocketchat.commands (imported only when used).
@@ -18,17 +19,6 @@ SUBCOMMANDS: dict[str, str] = {
     "bench": "bench",
     "history": "history",
 }
-
-
-def add_selection_args(p: argparse.ArgumentParser) -> None:
-    """Options every command that picks a build understands."""
-    p.add_argument("--hardware", metavar="FILE", help="replay a hardware profile (JSON) instead of probing")
-    p.add_argument("--lang", default="en", help="language you will chat in: en or ko (default en)")
-    p.add_argument("--ctx", type=int, metavar="N", help="context size in tokens (default 8192 when it fits)")
-    p.add_argument("--backend", choices=["llama.cpp", "mlx"], help="force a backend")
-    p.add_argument("--model", metavar="X", help="a build id, REPO:QUANT, REPO/FILE, a local .gguf or 'starter'")
-    p.add_argument("--offline", action="store_true", help="never touch the network")
-    p.add_argument("--yes", "-y", action="store_true", help="do not ask before downloading")
 
 
 def _root_parser() -> argparse.ArgumentParser:

@@ -111,6 +111,7 @@ class LoadPlan:
     kv_type: str = "f16"
     n_batch: int = 512
     sampling: Sampling = field(default_factory=Sampling)
+    notes: tuple[str, ...] = ()  # what the plan changed from the request, for the user
 
     def describe(self) -> str:
         if self.placement == "gpu":

@@ -10,6 +10,7 @@ import pytest
 from pocketchat import cli, conversations
 from pocketchat.commands import chat
 from pocketchat.commands.common import ModelChoice
+from pocketchat.commands.selection import Selection
 from pocketchat.errors import OfflineError
 from pocketchat.types import LoadPlan
 
@@ -105,7 +106,7 @@ def offline_then_starter(monkeypatch):
 
 
 def test_offline_offers_the_starter_model_and_uses_it_when_accepted(offline_then_starter):
-    session = chat.Session(parse())
+    session = chat.Session(Selection.from_args(parse()))
     hooks = Hooks(answer=True)
     session.prepare(hooks)
     assert offline_then_starter == [None, "starter"]
@@ -116,13 +117,13 @@ def test_offline_offers_the_starter_model_and_uses_it_when_accepted(offline_then
 
 def test_offline_declined_is_the_error(offline_then_starter):
     with pytest.raises(OfflineError):
-        chat.Session(parse()).prepare(Hooks(answer=False))
+        chat.Session(Selection.from_args(parse())).prepare(Hooks(answer=False))
     assert offline_then_starter == [None]
 
 
 def test_offline_with_yes_takes_the_starter_without_asking(offline_then_starter):
     hooks = Hooks(answer=False)
-    chat.Session(parse("--yes")).prepare(hooks)
+    chat.Session(Selection.from_args(parse("--yes"))).prepare(hooks)
     assert hooks.questions == [] and offline_then_starter == [None, "starter"]
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import sys
@@ -74,11 +73,11 @@ def test_download_errors_are_one_message(hub, repo, capsys):
 
 
 def test_download_without_spec_fetches_the_recommended_build(hub, capsys):  # noqa: F811
-    from pocketchat.commands.recommend import recommend
+    from pocketchat.commands.common import recommend
+    from pocketchat.commands.selection import Selection
 
     profile = str(PROFILES / "linux-32gb.json")
-    args = argparse.Namespace(hardware=profile, lang="en", ctx=None, backend=None)
-    build = recommend(args).recommended.build  # whatever the ranking picks for this machine
+    build = recommend(Selection(hardware=Path(profile))).recommended.build  # whatever the ranking picks for this machine
     data = blob(500_000, 80)
     hub.add_repo(build.repo_id, {build.filename: data})
     assert main(["download", "--hardware", profile, "--yes"]) == 0

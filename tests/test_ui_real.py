@@ -18,13 +18,12 @@ TOK_S = re.compile(r"(\d+(?:\.\d+)?) tok/s")
 @pytest.fixture
 def real_factory(starter_gguf):
     pytest.importorskip("llama_cpp")
-    import argparse
 
     from pocketchat.commands.common import choose_model
+    from pocketchat.commands.selection import Selection
     from pocketchat.engines import open_engine
 
-    args = argparse.Namespace(model="starter", ctx=2048, hardware=None, lang="en",
-                              backend=None, offline=True, yes=True)
+    args = Selection(model="starter", ctx=2048, offline=True, yes=True)
     choice = choose_model(args)
     assert choice.path == starter_gguf
     return lambda: open_engine(choice.plan, choice.path, name=choice.name)

@@ -41,14 +41,13 @@ class Result:
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    from pocketchat.cli import add_selection_args
+    from pocketchat.commands.selection import add_selection_args
 
     add_selection_args(p)
     p.description = "Measure prompt (pp) and generation (tg) speed of a model, like llama-bench."
     p.add_argument("-p", "--n-prompt", type=int, default=512, metavar="N", help="prompt tokens (default 512)")
     p.add_argument("-n", "--n-gen", type=int, default=128, metavar="N", help="generated tokens (default 128)")
     p.add_argument("-r", "--repetitions", type=int, default=3, metavar="N", help="runs per test (default 3)")
-    p.add_argument("-t", "--threads", type=int, metavar="N", help="override the plan's thread count")
     p.add_argument("--in-process", action="store_true", help="run the engine in this process, not a worker")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -104,21 +103,23 @@ def _last(chunks):
 
 def run(args: argparse.Namespace) -> int:
     from pocketchat.commands.common import choose_model
+    from pocketchat.commands.selection import Selection
     from pocketchat.errors import UsageError
     from pocketchat.engines import open_engine
     from pocketchat.engines.types import ChatOptions, Message
 
+    sel = Selection.from_args(args)
     if args.n_prompt < 1 or args.n_gen < 1 or args.repetitions < 1:
         raise UsageError("--n-prompt, --n-gen and --repetitions must be at least 1")
-    choice = choose_model(args)
-    plan = choice.plan
-    if args.threads:
-        plan = replace(plan, n_threads=args.threads, n_threads_batch=args.threads)
+    choice = choose_model(sel)
     need = args.n_prompt + args.n_gen + 256
-    if plan.n_ctx < need:
-        plan = replace(plan, n_ctx=need)
+    if sel.ctx is None and choice.plan.n_ctx < need:  # a plan for the room the tests need
+        choice = choose_model(replace(sel, ctx=need))
+    plan = choice.plan
     if not args.json:
         print(visible(f"loading {choice.name} ..."), file=sys.stderr)
+        for note in plan.notes:
+            print(f"note: {note}", file=sys.stderr)
     engine = open_engine(plan, choice.path, name=choice.name, in_process=args.in_process)
     try:
         rng = random.Random(1234)

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from pocketchat import conversations
 from pocketchat.commands.common import STARTER, ModelChoice
+from pocketchat.commands.selection import Selection
 from pocketchat.errors import OfflineError
 from pocketchat.engines.types import Engine
 from pocketchat.store.types import DownloadPlan, DownloadProgress
@@ -56,7 +57,7 @@ def starter_installed() -> bool:
         return False
 
 
-def describe_setup(args: argparse.Namespace, choice: ModelChoice | None) -> str:
+def describe_setup(sel: Selection, choice: ModelChoice | None) -> str:
     """Hardware and recommendation, for the app's info screen."""
     try:
         from pocketchat.select.report import format_profile, format_recommendation
@@ -65,9 +66,7 @@ def describe_setup(args: argparse.Namespace, choice: ModelChoice | None) -> str:
         if rec is not None:
             body = format_profile(rec.hardware) + "\n\n" + format_recommendation(rec)
         else:
-            from pocketchat.commands.recommend import profile_from_args
-
-            body = format_profile(profile_from_args(args))
+            body = format_profile(sel.profile())
             body += "\n\nThe model was chosen with --model; `pocketchat --recommend` shows the builds that fit."
     except Exception as exc:  # noqa: BLE001 - an info screen must not break the chat
         body = f"(hardware details unavailable: {exc})"
@@ -79,20 +78,20 @@ def describe_setup(args: argparse.Namespace, choice: ModelChoice | None) -> str:
 class Session:
     """The choice made in the app's start-up thread, and the engine factory that uses it."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.args = args
+    def __init__(self, sel: Selection) -> None:
+        self.sel = sel
         self.choice: ModelChoice | None = None
         self.about = ""
 
     def prepare(self, hooks: Any) -> None:
         from pocketchat.commands.common import choose_model
 
-        args = self.args
-        confirm = None if args.yes else confirm_adapter(hooks)
+        sel = self.sel
+        confirm = None if sel.yes else confirm_adapter(hooks)
         try:
-            choice = choose_model(args, confirm=confirm, progress=progress_adapter(hooks))
+            choice = choose_model(sel, confirm=confirm, progress=progress_adapter(hooks))
         except OfflineError as exc:
-            if args.model == STARTER:
+            if sel.model == STARTER:
                 raise
             if not starter_installed():
                 raise OfflineError(exc.message, hint=f"{exc.hint} (The small starter model would work "
@@ -100,11 +99,13 @@ class Session:
                                    ) from None
             question = (f"{exc.message}\n\nChat with the small built-in starter model instead? "
                         "(it answers simple questions; run again online for the real model)")
-            if not (args.yes or hooks.confirm(question)):
+            if not (sel.yes or hooks.confirm(question)):
                 raise
-            choice = choose_model(argparse.Namespace(**{**vars(args), "model": STARTER}))
+            choice = choose_model(sel.with_model(STARTER))
         self.choice = choice
-        self.about = describe_setup(args, choice)
+        self.about = describe_setup(sel, choice)
+        for note in choice.plan.notes:
+            hooks.note(note)
         hooks.status(f"Loading {choice.name}")
 
     def open_engine(self) -> Engine:
@@ -117,12 +118,12 @@ class Session:
 def run(args: argparse.Namespace) -> int:
     from pocketchat.ui.app import create_app
 
+    session = Session(Selection.from_args(args))
     conversation = None
     if getattr(args, "resume", False):
         conversation = conversations.last()
         if conversation is None:
             print("No saved conversation yet: starting a new one.", file=sys.stderr)
-    session = Session(args)
     app = create_app(
         session.open_engine,
         prepare=session.prepare,

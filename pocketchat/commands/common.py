@@ -1,12 +1,15 @@
-"""Choosing the model a command runs: one path from --model / the recommendation to a file."""
+"""Choosing the model a command runs: one path from the Selection to a file and its load plan."""
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from pocketchat.types import Build, LoadPlan, Recommendation
+from pocketchat.commands.selection import STARTER, Selection
+from pocketchat.errors import UsageError
+from pocketchat.types import Build, HardwareProfile, LoadPlan, Recommendation
+
+__all__ = ["STARTER", "ModelChoice", "choose_model", "model_size", "recommend"]
 
 
 @dataclass(frozen=True)
@@ -20,43 +23,78 @@ class ModelChoice:
     recommendation: Recommendation | None = None
 
 
-STARTER = "starter"
-
-
 def _is_local(spec: str) -> bool:
     p = Path(spec).expanduser()
     return p.exists() or spec.endswith(".gguf") or spec.startswith((".", "/", "~"))
 
 
-def choose_model(args: argparse.Namespace, *, confirm=None, progress=None) -> ModelChoice:
-    """The model `--model` names (or the recommended build), on disk, with its load plan.
+def recommend(sel: Selection, profile: HardwareProfile | None = None) -> Recommendation:
+    """Rank the catalog for this machine (or the replayed one), knowing what is on disk."""
+    from pocketchat.select import catalog, fit
+
+    profile = profile or sel.profile()
+    downloaded: set[str] = set()
+    if sel.hardware is None:
+        from pocketchat.store.inventory import downloaded_build_ids
+
+        downloaded = set(downloaded_build_ids())
+    return fit.plan(profile, catalog.builds(), lang=sel.lang, n_ctx=sel.ctx, backend=sel.backend,
+                    threads=sel.threads, downloaded=downloaded)
+
+
+def _file_plan(sel: Selection, profile: HardwareProfile, path: Path, name: str, **kw) -> LoadPlan:
+    """The plan for a model file outside the catalog, within the context it was trained for."""
+    from pocketchat.select import fit
+
+    backend = "mlx" if path.is_dir() else "llama.cpp"
+    if sel.backend and sel.backend != backend:
+        kind = "an MLX folder" if backend == "mlx" else "a GGUF file"
+        raise UsageError(f"{name} is {kind}, which runs on {backend}, not on --backend {sel.backend}",
+                     hint=f"Leave --backend out, or give a model made for {sel.backend}.")
+    return fit.plan_for_file(profile, model_size(path), n_ctx=sel.ctx, backend=backend,
+                             max_ctx=trained_context(path), threads=sel.threads, name=name, **kw)
+
+
+def trained_context(path: Path) -> int | None:
+    """The context a model file was trained for, from its header or config (None: unknown)."""
+    from pocketchat.errors import PocketchatError
+
+    try:
+        if path.is_dir():
+            from pocketchat.engines.mlx.model import check_mlx_folder
+
+            return check_mlx_folder(path).context_length
+        from pocketchat.modelfile.gguf import check_gguf
+
+        return check_gguf(path).context_length
+    except PocketchatError:
+        return None  # the engine's own check reports a broken file when it loads it
+
+
+def choose_model(sel: Selection, *, confirm=None, progress=None) -> ModelChoice:
+    """The model the selection names (or the recommended build), on disk, with its load plan.
 
     Downloads through the store when needed (asking `confirm`, reporting to `progress`).
     Raises OfflineError when the build is not on disk and the Hub cannot be reached.
     """
-    from pocketchat.commands.recommend import profile_from_args, recommend
-    from pocketchat.errors import ModelNotFound, ModelTooLarge, NothingFits
+    from pocketchat.errors import ModelNotFound, ModelTooLarge
     from pocketchat.select import catalog, fit
-    from pocketchat.select.report import nothing_fits_summary
+    from pocketchat.select.report import nothing_fits
 
-    spec = getattr(args, "model", None)
-    offline = bool(getattr(args, "offline", False))
-    profile = profile_from_args(args)
+    spec = sel.model
+    profile = sel.profile()
     if spec == STARTER:
         from pocketchat.store.starter import STARTER_NAME, STARTER_SAMPLING, starter_path
 
         path = starter_path()
-        plan = fit.plan_for_file(profile, path.stat().st_size, n_ctx=args.ctx, max_ctx=8192,
-                                 sampling=STARTER_SAMPLING, name=STARTER_NAME)
+        plan = _file_plan(sel, profile, path, STARTER_NAME, sampling=STARTER_SAMPLING)
         return ModelChoice(name=f"{STARTER_NAME} (starter)", path=path, plan=plan)
     if spec and _is_local(spec):
         path = Path(spec).expanduser().resolve()
         if not path.exists():
             raise ModelNotFound(f"no model file at {path}",
                                 hint="Give the path of a .gguf file or an MLX model folder.")
-        backend = "mlx" if path.is_dir() else "llama.cpp"
-        plan = fit.plan_for_file(profile, model_size(path), n_ctx=args.ctx, backend=backend, name=path.name)
-        return ModelChoice(name=path.name, path=path, plan=plan)
+        return ModelChoice(name=path.name, path=path, plan=_file_plan(sel, profile, path, path.name))
 
     from pocketchat.store import api as store
 
@@ -66,24 +104,22 @@ def choose_model(args: argparse.Namespace, *, confirm=None, progress=None) -> Mo
         except ModelNotFound:
             build = None
         if build is None:  # REPO:QUANT or REPO/FILE
-            resolved = store.resolve(spec, offline=offline)
-            path = store.ensure(resolved, offline=offline, confirm=confirm, progress=progress)
-            plan = fit.plan_for_file(profile, model_size(path), n_ctx=args.ctx, name=path.name)
-            return ModelChoice(name=path.name, path=path, plan=plan)
-        cand = fit.judge(build, profile, lang=args.lang, n_ctx=args.ctx, backend=args.backend,
-                         downloaded=store.local_path(build) is not None, forced=True)
+            resolved = store.resolve(spec, offline=sel.offline)
+            path = store.ensure(resolved, offline=sel.offline, confirm=confirm, progress=progress)
+            return ModelChoice(name=path.name, path=path, plan=_file_plan(sel, profile, path, path.name))
+        cand = fit.judge(build, profile, lang=sel.lang, n_ctx=sel.ctx, backend=sel.backend,
+                         threads=sel.threads, downloaded=store.local_path(build) is not None, forced=True)
         if cand.plan is None:
             raise ModelTooLarge(f"{build.id} does not fit this machine: {cand.reason}",
                                 hint="Run `pocketchat --recommend` to see the builds that fit.")
-        path = store.ensure(build, offline=offline, confirm=confirm, progress=progress)
+        path = store.ensure(build, offline=sel.offline, confirm=confirm, progress=progress)
         return ModelChoice(name=build.id, path=path, plan=cand.plan, build=build)
 
-    rec = recommend(args, profile)
+    rec = recommend(sel, profile)
     if rec.recommended is None or rec.recommended.plan is None:
-        raise NothingFits(nothing_fits_summary(rec),
-                          hint="Use --model starter to chat with the small embedded model.")
+        raise nothing_fits(rec)
     build = rec.recommended.build
-    path = store.ensure(build, offline=offline, confirm=confirm, progress=progress)
+    path = store.ensure(build, offline=sel.offline, confirm=confirm, progress=progress)
     return ModelChoice(name=build.id, path=path, plan=rec.recommended.plan, build=build, recommendation=rec)
 
 

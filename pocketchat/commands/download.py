@@ -7,6 +7,7 @@ import sys
 import time
 from typing import TextIO
 
+from pocketchat.commands.selection import Selection, add_selection_args
 from pocketchat.errors import NothingFits, UsageError
 from pocketchat.store.types import DownloadPlan, DownloadProgress, human_bytes
 from pocketchat.textsafe import one_line, visible
@@ -18,12 +19,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", nargs="?", metavar="MODEL",
                    help="a build id, REPO:QUANT, REPO/FILE.gguf or a repo (default: the build "
                         "recommended for this machine)")
-    p.add_argument("--yes", "-y", action="store_true", help="do not ask before downloading")
-    p.add_argument("--offline", action="store_true", help="never touch the network (only check the disk)")
-    p.add_argument("--hardware", metavar="FILE", help="recommend for a replayed hardware profile (JSON)")
-    p.add_argument("--lang", default="en", help="language you will chat in: en or ko (default en)")
-    p.add_argument("--ctx", type=int, metavar="N", help="context size used to judge what fits")
-    p.add_argument("--backend", choices=["llama.cpp", "mlx"], help="recommend for this backend")
+    add_selection_args(p, model=False)
     p.add_argument("--stall-timeout", type=float, default=30.0, metavar="S",
                    help="reconnect when no data arrives for S seconds (default 30)")
 
@@ -121,12 +117,13 @@ def make_confirm(yes: bool, stdin: TextIO | None = None, stream: TextIO | None =
 def run(args: argparse.Namespace) -> int:
     from pocketchat.store import api as store
 
+    sel = Selection.from_args(args)
     spec = args.spec
     if not spec:
-        from pocketchat.commands.recommend import recommend
+        from pocketchat.commands.common import recommend
         from pocketchat.select.report import nothing_fits_summary
 
-        rec = recommend(args)
+        rec = recommend(sel)
         if rec.recommended is None:
             raise NothingFits(nothing_fits_summary(rec),
                               hint="Name a smaller model: pocketchat download MODEL")
@@ -135,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     progress = TerminalProgress()
     try:
         options = store.DownloadOptions(stall_timeout_s=max(args.stall_timeout, 0.1))
-        path = store.ensure(spec, offline=args.offline, confirm=make_confirm(args.yes), progress=progress,
+        path = store.ensure(spec, offline=sel.offline, confirm=make_confirm(sel.yes), progress=progress,
                             options=options)
     finally:
         progress.finish()

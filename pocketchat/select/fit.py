@@ -10,8 +10,10 @@ from pocketchat.select import estimate as est
 from pocketchat.select.estimate import fmt_gb
 from pocketchat.types import GPU, GiB, Build, Candidate, HardwareProfile, LoadPlan, Recommendation, Sampling
 
+# The one owner of the context size and thread count: every plan gets them from here.
 DEFAULT_CTX = 8192
-MIN_CTX = 2048
+MIN_CTX = 2048  # the smallest context the plan picks on its own
+SMALLEST_CTX = 256  # the smallest --ctx accepted at all
 CTX_STEPS = (8192, 6144, 4096, 3072, 2048)
 MAX_THREADS = 32
 LANGS = ("en", "ko")
@@ -54,6 +56,35 @@ def gpu_budget(gpu: GPU, profile: HardwareProfile) -> int:
 
 def default_threads(profile: HardwareProfile) -> int:
     return max(1, min(profile.cpu_physical_cores or profile.cpu_logical_cores or 1, MAX_THREADS))
+
+
+def check_request(*, lang: str = "en", n_ctx: int | None = None, threads: int | None = None) -> None:
+    """UsageError for a language, context or thread count no plan can use."""
+    if lang not in LANGS:
+        raise UsageError(f"unknown --lang {lang!r}", hint="Use --lang en or --lang ko.")
+    if n_ctx is not None and n_ctx < SMALLEST_CTX:
+        raise UsageError(f"--ctx {n_ctx} is too small",
+                         hint=f"Use at least {MIN_CTX} (or leave --ctx out to let pocketchat choose).")
+    if threads is not None and not 1 <= threads <= 1024:
+        raise UsageError(f"--threads {threads} cannot be used", hint="Give a number of CPU threads, 1 or more.")
+
+
+def context_steps(requested: int | None, model_max: int | None = None) -> tuple[list[int], str | None]:
+    """The contexts to try, best first, and a note when the request was lowered to the model's.
+
+    The requested context alone when there is one; else 8192 and the smaller steps. Never more
+    than the model was trained for (`model_max`, from its header, when known).
+    """
+    note = None
+    if requested is not None:
+        steps = [requested]
+    else:
+        steps = list(CTX_STEPS)
+    if model_max:
+        if requested is not None and requested > model_max:
+            note = f"--ctx {requested} is more than the model was trained for; using {model_max}"
+        steps = sorted({min(c, model_max) for c in steps}, reverse=True)
+    return steps, note
 
 
 @dataclass(frozen=True)
@@ -104,20 +135,22 @@ def choose_fit(build: Build, profile: HardwareProfile, n_ctx: int, backend: str 
 
 
 def choose_ctx(build: Build, profile: HardwareProfile, backend: str | None,
-               requested: int | None) -> tuple[int, Fit | None]:
-    """The context: the requested one, else 8192 when it fits, else the largest that does."""
-    if requested is not None:
-        return requested, choose_fit(build, profile, requested, backend)
-    for n_ctx in CTX_STEPS:
+               requested: int | None, model_max: int | None = None) -> tuple[int, Fit | None]:
+    """The context: the requested one, else 8192 when it fits, else the largest that does.
+
+    With no fit, the smallest context tried (the figures a refusal quotes)."""
+    steps, _ = context_steps(requested, model_max)
+    for n_ctx in steps:
         fit = choose_fit(build, profile, n_ctx, backend)
         if fit is not None:
             return n_ctx, fit
-    return DEFAULT_CTX, None
+    return steps[-1], None
 
 
 def make_plan(build: Build, fit: Fit, n_ctx: int, profile: HardwareProfile,
-              sampling: Sampling | None = None) -> LoadPlan:
-    threads = default_threads(profile)
+              sampling: Sampling | None = None, threads: int | None = None,
+              notes: tuple[str, ...] = ()) -> LoadPlan:
+    threads = threads or default_threads(profile)
     return LoadPlan(
         backend=build.backend,
         placement=fit.placement,  # type: ignore[arg-type]
@@ -128,6 +161,7 @@ def make_plan(build: Build, fit: Fit, n_ctx: int, profile: HardwareProfile,
         cpu_moe=fit.cpu_moe,
         flash_attn=fit.placement != "cpu",
         sampling=sampling or Sampling(),
+        notes=notes,
     )
 
 
@@ -149,7 +183,8 @@ def eligibility(build: Build, profile: HardwareProfile, lang: str, backend: str 
 
 
 def judge(build: Build, profile: HardwareProfile, *, lang: str = "en", n_ctx: int | None = None,
-          backend: str | None = None, downloaded: bool = False, forced: bool = False) -> Candidate:
+          backend: str | None = None, downloaded: bool = False, forced: bool = False,
+          threads: int | None = None) -> Candidate:
     """One build against one machine: does it fit, how to load it, and a one-line reason."""
     why_not = None if forced else eligibility(build, profile, lang, backend)
     ctx, fit = choose_ctx(build, profile, backend, n_ctx)
@@ -160,11 +195,11 @@ def judge(build: Build, profile: HardwareProfile, *, lang: str = "en", n_ctx: in
         and profile.disk_free_bytes is not None
         and build.size_bytes + DISK_MARGIN_BYTES > profile.disk_free_bytes
     )
-    plan = make_plan(build, fit, ctx, profile) if fit else None
+    plan = make_plan(build, fit, ctx, profile, threads=threads) if fit else None
     gpu = main_gpu(profile)
     speed = (
         est.decode_tok_s(build, fit.placement, cpu_bandwidth_gbps=profile.memory_bandwidth_gbps,
-                         threads=default_threads(profile), gpu=gpu)
+                         threads=threads or default_threads(profile), gpu=gpu)
         if fit else None
     )
     fits = fit is not None and not disk_short
@@ -195,14 +230,12 @@ def judge(build: Build, profile: HardwareProfile, *, lang: str = "en", n_ctx: in
 
 
 def plan(profile: HardwareProfile, builds: Iterable[Build], *, lang: str = "en",
-         n_ctx: int | None = None, backend: str | None = None,
+         n_ctx: int | None = None, backend: str | None = None, threads: int | None = None,
          downloaded: frozenset[str] | set[str] = frozenset()) -> Recommendation:
     """Rank every build for this machine; the recommendation is the best-scoring one that fits."""
-    if lang not in LANGS:
-        raise UsageError(f"unknown --lang {lang!r}", hint="Use --lang en or --lang ko.")
-    if n_ctx is not None and n_ctx < 256:
-        raise UsageError(f"--ctx {n_ctx} is too small", hint=f"Use at least {MIN_CTX}.")
-    cands = [judge(b, profile, lang=lang, n_ctx=n_ctx, backend=backend, downloaded=b.id in downloaded)
+    check_request(lang=lang, n_ctx=n_ctx, threads=threads)
+    cands = [judge(b, profile, lang=lang, n_ctx=n_ctx, backend=backend, threads=threads,
+                   downloaded=b.id in downloaded)
              for b in builds]
     usable = [c for c in cands if c.fits and c.eligible]
     best = max(usable, key=lambda c: (c.score, c.estimated_decode_tok_s or 0.0), default=None)
@@ -243,18 +276,20 @@ def hardware_notes(profile: HardwareProfile) -> tuple[str, ...]:
 
 def plan_for_file(profile: HardwareProfile, size_bytes: int, *, n_ctx: int | None = None,
                   backend: str = "llama.cpp", max_ctx: int | None = None,
-                  sampling: Sampling | None = None,
+                  sampling: Sampling | None = None, threads: int | None = None,
                   name: str = "model") -> LoadPlan:
-    """A load plan for a model outside the catalog (a local file, the starter model)."""
+    """A load plan for a model outside the catalog (a local file, the starter model);
+    `max_ctx` is the context the model was trained for, when its header says."""
+    check_request(n_ctx=n_ctx, threads=threads)
     build = Build(id=name, repo_id="", filename=name, quant="?", format="mlx" if backend == "mlx" else "gguf",
                   size_bytes=size_bytes, bits_per_weight=0.0, total_params=1.0, active_params=1.0,
                   expert_fraction=0.0, n_experts=1)
-    wanted = n_ctx or min(DEFAULT_CTX, max_ctx or DEFAULT_CTX)
-    steps = [wanted] if n_ctx else [wanted] + [c for c in CTX_STEPS if c < wanted]
+    steps, note = context_steps(n_ctx, max_ctx)
     for ctx in steps:
         fit = choose_fit(build, profile, ctx, backend)
         if fit is not None:
-            return make_plan(build, fit, ctx, profile, sampling or Sampling(0.7, 0.9, 40, 0.05, 1.1))
+            return make_plan(build, fit, ctx, profile, sampling or Sampling(0.7, 0.9, 40, 0.05, 1.1),
+                             threads=threads, notes=(note,) if note else ())
     options = placements(build, profile, steps[-1], backend)
     where = options[-1].where if options else "no backend can run it here"
     raise ModelTooLarge(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from pocketchat.errors import NothingFits
 from pocketchat.select.estimate import fmt_gb
+from pocketchat.select.fit import DEFAULT_CTX
 from pocketchat.types import Candidate, HardwareProfile, Recommendation
 
 
@@ -11,7 +13,7 @@ def run_command(c: Candidate, lang: str) -> str:
     cmd = f"pocketchat --model {c.build.id}"
     if lang != "en":
         cmd += f" --lang {lang}"
-    if c.plan and c.plan.n_ctx != 8192:
+    if c.plan and c.plan.n_ctx != DEFAULT_CTX:
         cmd += f" --ctx {c.plan.n_ctx}"
     return cmd
 
@@ -104,3 +106,10 @@ def format_profile(hw: HardwareProfile) -> str:
     for note in hw.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines)
+
+
+def nothing_fits(rec: Recommendation) -> NothingFits:
+    """The one error every command gives when no build fits (the figures, and what to try)."""
+    return NothingFits(nothing_fits_summary(rec),
+                       hint="Close other programs, try a smaller --ctx, or use --model starter "
+                            "to chat with the small embedded model.")

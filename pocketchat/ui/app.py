@@ -21,6 +21,7 @@ from pocketchat.ui.messages import (
     EngineFailed,
     EngineLost,
     EngineReady,
+    StartupNote,
     StartupProgress,
     StartupStatus,
 )
@@ -134,6 +135,9 @@ class ChatApp(App[int]):
             self.switch_screen(LoadingScreen(message.text))
         elif isinstance(screen, LoadingScreen):
             screen.set_what(message.text)
+
+    def on_startup_note(self, message: StartupNote) -> None:
+        self.chat.notice(message.text, kind="warning")
 
     def on_startup_progress(self, message: StartupProgress) -> None:
         screen = self._startup_screen()

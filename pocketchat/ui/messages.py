@@ -35,6 +35,14 @@ class StartupProgress(Message):
         self.done, self.total, self.what, self.at = done, total, what, at
 
 
+class StartupNote(Message):
+    """Something the user should know about how the model was set up (a lowered --ctx)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+
 class StartupStatus(Message):
     """What the startup does now ("Loading the model")."""
 

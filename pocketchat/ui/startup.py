@@ -27,7 +27,13 @@ from pocketchat.errors import (
     UsageError,
 )
 from pocketchat.engines.types import Engine
-from pocketchat.ui.messages import EngineFailed, EngineReady, StartupProgress, StartupStatus
+from pocketchat.ui.messages import (
+    EngineFailed,
+    EngineReady,
+    StartupNote,
+    StartupProgress,
+    StartupStatus,
+)
 from pocketchat.ui.screens import ConfirmScreen
 
 EngineFactory = Callable[[], Engine]
@@ -76,6 +82,10 @@ class StartupHooks:
 
     def status(self, text: str) -> None:
         self.app.post_message(StartupStatus(text))
+
+    def note(self, text: str) -> None:
+        """Show a note in the chat once it opens."""
+        self.app.post_message(StartupNote(text))
 
 
 def prestart_process_helpers() -> None:

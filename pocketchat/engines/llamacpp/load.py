@@ -148,9 +148,7 @@ def load_llama(plan: LoadPlan, path: Path, info: GGUFInfo, *,
             params.tensor_buft_overrides = overrides.address
         params.progress_callback = progress_cb
 
-    n_ctx = plan.n_ctx
-    if info.context_length:
-        n_ctx = min(n_ctx, info.context_length)
+    n_ctx = plan.n_ctx  # the plan owns the context (select.fit.context_steps) and the threads
     n_batch = max(1, min(plan.n_batch, n_ctx))
     with log.record() as lines, model_params_hook(setup):
         try:
@@ -161,8 +159,8 @@ def load_llama(plan: LoadPlan, path: Path, info: GGUFInfo, *,
                 n_ctx=n_ctx,
                 n_batch=n_batch,
                 n_ubatch=n_batch,
-                n_threads=max(1, plan.n_threads),
-                n_threads_batch=max(1, plan.n_threads_batch or plan.n_threads),
+                n_threads=plan.n_threads,
+                n_threads_batch=plan.n_threads_batch,
                 flash_attn=plan.flash_attn,
                 type_k=KV_TYPES[kv],
                 type_v=KV_TYPES[kv],

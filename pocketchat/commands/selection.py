@@ -1,0 +1,78 @@
+"""What the user asked for when a command picks and loads a model: parsed and checked once.
+
+Every command that chooses a model (the chat, `bench`, `download`, `--recommend`) gets its
+flags from `add_selection_args` and turns them into one `Selection` with `Selection.from_args`,
+which validates them in one place (`select.fit.check_request`), so a bad `--lang`, `--ctx` or
+`--threads` gives the same message whichever command was run.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+from pocketchat.errors import UsageError
+from pocketchat.types import Backend, HardwareProfile
+
+STARTER = "starter"
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The model a command should run and the settings the user fixed; None = let the plan decide."""
+
+    model: str | None = None
+    backend: Backend | None = None
+    lang: str = "en"
+    ctx: int | None = None
+    threads: int | None = None
+    hardware: Path | None = None
+    offline: bool = False
+    yes: bool = False
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "Selection":
+        """The selection flags of a parsed command line, validated."""
+        names = {f.name for f in fields(cls)}
+        values = {k: v for k, v in vars(args).items() if k in names and v is not None}
+        if "hardware" in values:
+            values["hardware"] = Path(values["hardware"])
+        return cls(**values).checked()
+
+    def checked(self) -> "Selection":
+        """This selection, or UsageError naming the flag that cannot be used."""
+        from pocketchat.select.fit import check_request
+
+        check_request(lang=self.lang, n_ctx=self.ctx, threads=self.threads)
+        if self.backend not in (None, "llama.cpp", "mlx"):
+            raise UsageError(f"unknown --backend {self.backend!r}", hint="Use --backend llama.cpp or mlx.")
+        return self
+
+    def with_model(self, model: str) -> "Selection":
+        return replace(self, model=model)
+
+    def profile(self) -> HardwareProfile:
+        """The replayed machine (--hardware FILE) or a fresh probe of this one."""
+        if self.hardware is not None:
+            from pocketchat.select.profile import load_profile
+
+            return load_profile(self.hardware)
+        from pocketchat.select.probe import detect
+
+        return detect()
+
+
+def add_selection_args(p: argparse.ArgumentParser, *, model: bool = True) -> None:
+    """The flags of every command that picks a build (`model=False`: the command names it itself)."""
+    p.add_argument("--hardware", metavar="FILE", help="replay a hardware profile (JSON) instead of probing")
+    p.add_argument("--lang", help="language you will chat in: en or ko (default en)")
+    p.add_argument("--ctx", type=int, metavar="N", help="context size in tokens (default 8192 when it fits)")
+    p.add_argument("--threads", "-t", type=int, metavar="N",
+                   help="CPU threads (default: the physical cores, at most 32)")
+    p.add_argument("--backend", choices=["llama.cpp", "mlx"], help="force a backend")
+    if model:
+        p.add_argument("--model", metavar="X",
+                       help="a build id, REPO:QUANT, REPO/FILE, a local .gguf or 'starter'")
+    p.add_argument("--offline", action="store_true", help="never touch the network")
+    p.add_argument("--yes", "-y", action="store_true", help="do not ask before downloading")
