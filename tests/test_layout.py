@@ -1,0 +1,89 @@
+"""The package layout holds: imports point down, no cycles, each package owns one thing."""
+
+from __future__ import annotations
+
+import ast
+import collections
+from pathlib import Path
+
+import pocketchat
+
+ROOT = Path(pocketchat.__file__).parent
+BOTTOM = {"types", "errors", "paths", "textsafe", "conversations"}
+# package -> the top-level parts of pocketchat it may import (function-level imports included)
+MAY_IMPORT = {
+    "types": set(), "errors": set(), "paths": set(), "textsafe": set(),
+    "conversations": {"types", "errors", "paths", "textsafe", "engines"},  # Message/Stats only
+    "modelfile": BOTTOM,
+    "select": BOTTOM | {"modelfile", "select"},
+    "store": BOTTOM | {"store", "select", "modelfile"},  # select: the catalog of build ids
+    "engines": BOTTOM | {"engines", "modelfile"},
+    "server": BOTTOM | {"server", "engines"},
+    "ui": BOTTOM | {"ui", "engines", "select"},
+    "commands": BOTTOM | {"commands", "select", "modelfile", "store", "engines", "ui", "server"},
+    "cli": BOTTOM | {"commands"},
+    "__main__": {"cli"},
+    "__init__": set(),
+}
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in ROOT.rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(("pocketchat",) + parts)
+        found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
+    seen = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pocketchat"):
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        seen.update(n for n in names if n in modules)
+    return seen
+
+
+def _part(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_imports_point_down():
+    modules = _modules()
+    wrong = []
+    for name, path in modules.items():
+        allowed = MAY_IMPORT.get(_part(name))
+        assert allowed is not None, f"{name}: a new top-level part; add it to MAY_IMPORT"
+        for target in _imports(path, modules):
+            if _part(target) not in allowed | {_part(name)} and target != "pocketchat":
+                wrong.append(f"{name} -> {target}")
+    assert not wrong, "imports against the layering:\n" + "\n".join(sorted(wrong))
+
+
+def test_no_import_cycle_among_pocketchat_modules():
+    modules = _modules()
+    edges = {name: _imports(path, modules) - {name} for name, path in modules.items()}
+    state: dict[str, int] = collections.defaultdict(int)  # 0 new, 1 on the path, 2 done
+    path: list[str] = []
+
+    def visit(v: str) -> list[str] | None:
+        state[v] = 1
+        path.append(v)
+        for w in sorted(edges[v]):
+            if state[w] == 1:
+                return path[path.index(w):] + [w]
+            if state[w] == 0 and (cycle := visit(w)):
+                return cycle
+        path.pop()
+        state[v] = 2
+        return None
+
+    for v in sorted(modules):
+        if state[v] == 0:
+            cycle = visit(v)
+            assert cycle is None, "import cycle: " + " -> ".join(cycle)
