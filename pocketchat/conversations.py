@@ -160,9 +160,6 @@ class Conversation:
         atomic_write_json(self.path, self.to_json())
         return self.path
 
-    def delete(self) -> None:
-        self.path.unlink(missing_ok=True)
-
 
 def atomic_write_json(path: Path, data: dict[str, Any]) -> None:
     """Temp file in the same directory, fsync, rename over the old file, fsync the directory."""
