@@ -18,13 +18,24 @@ REQUIRED = ("os", "arch", "ram_total_bytes")
 _INT_KEYS = {"cpu_physical_cores", "cpu_logical_cores", "ram_total_bytes", "ram_available_bytes",
              "disk_free_bytes", "vram_total_bytes", "vram_free_bytes"}
 _FLOAT_KEYS = {"memory_bandwidth_gbps", "bandwidth_gbps"}
+_STR_KEYS = {"cpu_name", "name"}
+# The most a real machine has; beyond that a value is a typo (1e29 bytes of RAM, 0 cores).
+_LIMITS: dict[str, tuple[float, float]] = {
+    "cpu_physical_cores": (1, 4096), "cpu_logical_cores": (1, 8192),
+    "ram_total_bytes": (1, 2**50), "ram_available_bytes": (0, 2**50),
+    "vram_total_bytes": (0, 2**46), "vram_free_bytes": (0, 2**46), "disk_free_bytes": (0, 2**60),
+    "memory_bandwidth_gbps": (0.01, 100_000), "bandwidth_gbps": (0.01, 100_000),
+}
 
 
 def load_profile(path: str | Path) -> HardwareProfile:
     """Read a profile written by `pocketchat --probe --json` (or by hand)."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise HardwareProfileError(f"hardware profile {p} is not a text (JSON) file",
+                                   hint="Pass a file written by `pocketchat --probe --json`.") from None
     except OSError as exc:
         raise HardwareProfileError(f"cannot read hardware profile {p}: {exc.strerror or exc}",
                                    hint="Pass a file written by `pocketchat --probe --json`.") from None
@@ -45,7 +56,19 @@ def _check(value: Any, key: str, where: str) -> Any:
     elif key in _FLOAT_KEYS:
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
             raise HardwareProfileError(f"{where}: {key!r} must be a positive number or null, not {value!r}")
+    elif key in _STR_KEYS and not isinstance(value, str):
+        raise HardwareProfileError(f"{where}: {key!r} must be a string, not {value!r}")
+    low, high = _LIMITS.get(key, (None, None))
+    if low is not None and value is not None and not low <= value <= high:
+        raise HardwareProfileError(f"{where}: {key!r} = {value!r} is impossible (a real machine has "
+                                   f"{low:g} to {high:g})", hint="Fix the value in the file.")
     return value
+
+
+def _not_above(data: dict, part: str, whole: str, where: str) -> None:
+    if data.get(part) is not None and data.get(whole) and data[part] > data[whole]:
+        raise HardwareProfileError(f"{where}: {part!r} ({data[part]}) is more than {whole!r} ({data[whole]})",
+                                   hint="Fix the values in the file: the free part cannot exceed the total.")
 
 
 def _unknown(data: dict, allowed: set[str], where: str) -> None:
@@ -66,6 +89,8 @@ def _gpu(data: Any, where: str) -> GPU:
                                    f"not {data.get('vendor')!r}")
     for key, value in data.items():
         _check(value, key, where)
+    _not_above(data, "vram_free_bytes", "vram_total_bytes", where)
+    data = {"name": f"{data['vendor']} GPU", **data}  # the name is optional
     return GPU(**data)
 
 
@@ -84,6 +109,8 @@ def profile_from_json(data: Any, *, source: str = "hardware profile") -> Hardwar
         raise HardwareProfileError(f"{source}: 'arch' must be one of {', '.join(ARCH_VALUES)}, not {data['arch']!r}")
     for key, value in data.items():
         _check(value, key, source)
+    _not_above(data, "ram_available_bytes", "ram_total_bytes", source)
+    _not_above(data, "cpu_physical_cores", "cpu_logical_cores", source)
     kwargs = dict(data)
     for key in ("cpu_flags", "backends", "notes"):
         if key in kwargs:
