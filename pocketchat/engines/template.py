@@ -4,14 +4,18 @@ The template is the Jinja2 `tokenizer.chat_template` in the file's metadata, ren
 llama-cpp-python's `Jinja2ChatFormatter` (a sandboxed environment with the Hugging Face
 extensions). Thinking is switched off the way the model expects: `enable_thinking=False` for
 templates that know the variable (Qwen3, POCKET), an empty `<think></think>` block prefilled
-for templates that mention `<think>` but not the switch. A file without a template gets
-ChatML, which is what POCKET and SmolLM2 use.
+for templates that mention `<think>` but not the switch.
+
+A file without a template (`template_for`) gets llama.cpp's built-in template for its format,
+told by its special tokens (`<|im_start|>`: ChatML) or its architecture (gemma3: Gemma), with a
+note saying so; when llama.cpp has none, the model runs as a plain text completion.
 """
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from pocketchat.errors import EngineError
 from pocketchat.engines.types import Message
@@ -69,3 +73,83 @@ class ChatTemplate:
                 text += EMPTY_THINK
         tail = text.rstrip()
         return Prompt(text=text, in_thinking=tail.endswith("<think>"))
+
+
+# Special tokens that give a model's chat format away, and llama.cpp's built-in template for it.
+TOKEN_TEMPLATES = (
+    ("<|im_start|>", "chatml"),
+    ("<|start_header_id|>", "llama3"),
+    ("<start_of_turn>", "gemma"),
+    ("<|START_OF_TURN_TOKEN|>", "command-r"),
+    ("[SYSTEM_PROMPT]", "mistral-v7"),
+)
+# GGUF architectures whose chat format llama.cpp knows by name.
+ARCH_TEMPLATES = {
+    "gemma": "gemma", "gemma2": "gemma", "gemma3": "gemma", "gemma3n": "gemma",
+    "phi3": "phi3", "command-r": "command-r", "cohere2": "command-r", "chatglm": "chatglm4",
+    "exaone": "exaone3", "exaone4": "exaone4", "granite": "granite", "granitemoe": "granite",
+    "orion": "orion", "minicpm": "minicpm", "llama4": "llama4", "gpt-oss": "gpt-oss",
+    "hunyuan-moe": "hunyuan-moe", "hunyuan-dense": "hunyuan-dense", "rwkv6": "rwkv-world",
+    "rwkv7": "rwkv-world",
+}
+
+
+def builtin_templates() -> set[str]:
+    """The names of llama.cpp's built-in chat templates (llama_chat_builtin_templates)."""
+    import llama_cpp
+
+    names = (ctypes.c_char_p * 256)()
+    count = llama_cpp.llama_chat_builtin_templates(names, 256)
+    return {names[i].decode() for i in range(min(count, 256)) if names[i]}
+
+
+class BuiltinTemplate:
+    """One of llama.cpp's built-in chat templates, applied by llama.cpp (no thinking switch)."""
+
+    knows_thinking_switch = mentions_think = False
+    is_fallback = True
+
+    def __init__(self, name: str) -> None:
+        self.name = self.source = name
+
+    def render(self, messages: Sequence[Message], *, thinking: bool = True) -> Prompt:
+        import llama_cpp
+
+        keep = [(m.role.encode(), m.content.encode()) for m in messages]  # alive during the call
+        chat = (llama_cpp.llama_chat_message * len(keep))(*[llama_cpp.llama_chat_message(r, c) for r, c in keep])
+        size = 4 * sum(len(r) + len(c) for r, c in keep) + 1024
+        for _ in range(2):
+            buf = ctypes.create_string_buffer(size)
+            n = llama_cpp.llama_chat_apply_template(self.name.encode(), chat, len(keep), True, buf, size)
+            if n < 0:
+                raise EngineError(f"llama.cpp's {self.name!r} template rejected the conversation")
+            if n <= size:
+                return Prompt(text=buf.raw[:n].decode("utf-8", errors="replace"), in_thinking=False)
+            size = n + 1
+        raise EngineError(f"llama.cpp's {self.name!r} template gave no prompt")  # pragma: no cover
+
+
+class PlainCompletion:
+    """No chat format at all: the messages' text one after another, the model continues it."""
+
+    knows_thinking_switch = mentions_think = False
+    is_fallback = True
+    source = ""
+
+    def render(self, messages: Sequence[Message], *, thinking: bool = True) -> Prompt:
+        return Prompt(text="\n\n".join(m.content for m in messages if m.content), in_thinking=False)
+
+
+def template_for(template: str | None, *, arch: str, model: str, has_token: Callable[[str], bool],
+                 bos_token: str = "", eos_token: str = "") -> tuple[ChatTemplate | BuiltinTemplate | PlainCompletion, str]:
+    """The renderer for a GGUF's chat template and a note for the user ("" when it has one)."""
+    if template is not None:
+        return ChatTemplate(template, bos_token=bos_token, eos_token=eos_token), ""
+    known = builtin_templates()
+    name = next((n for token, n in TOKEN_TEMPLATES if n in known and has_token(token)), None)
+    name = name or (ARCH_TEMPLATES.get(arch) if ARCH_TEMPLATES.get(arch) in known else None)
+    if name is not None:
+        return BuiltinTemplate(name), (f"{model} has no chat template: using llama.cpp's built-in "
+                                       f"'{name}' template ({arch} architecture).")
+    return PlainCompletion(), (f"{model} has no chat template, and llama.cpp has none for its "
+                               f"architecture ({arch}): it runs as a plain text completion.")

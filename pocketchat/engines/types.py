@@ -85,6 +85,7 @@ class EngineInfo:
     placement: str
     n_ctx: int
     path: str = ""
+    notes: tuple[str, ...] = ()  # things the user should know (e.g. a built-in chat template is used)
 
 
 @runtime_checkable

@@ -163,6 +163,8 @@ class ChatApp(App[int]):
         self._close_startup_screens()
         self.refresh_bindings()
         self.query_one(EngineHeader).show(self.info)
+        for note in getattr(self.info, "notes", ()):
+            self.chat.notice(note, kind="info")
         self._sample_memory()
         self.chat.idle_status()
 

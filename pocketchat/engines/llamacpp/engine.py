@@ -32,7 +32,7 @@ from pocketchat.modelfile import gguf as ggufcheck
 from pocketchat.engines.context import fit_messages, reply_reserve
 from pocketchat.engines.types import ChatOptions, Chunk, EngineInfo, Message, Stats
 from pocketchat.engines.llamacpp.load import ProgressFn, load_llama
-from pocketchat.engines.template import ChatTemplate
+from pocketchat.engines.template import template_for
 from pocketchat.engines.thinking import CLOSE_TAG, OPEN_TAG, ThinkSplitter
 from pocketchat.types import LoadPlan
 
@@ -80,8 +80,9 @@ class LlamaCppEngine:
         self._perf = llama_cpp.llama_perf_context
         self._piece_buf = ctypes.create_string_buffer(256)
         eos, bos = llm.token_eos(), llm.token_bos()
-        self.template = ChatTemplate(
-            self.gguf.chat_template,
+        self.template, template_note = template_for(
+            self.gguf.chat_template, arch=self.gguf.arch, model=name or self.gguf.name or path.stem,
+            has_token=self._is_special_token,
             eos_token=llm._model.token_get_text(eos) if eos >= 0 else "",
             bos_token=llm._model.token_get_text(bos) if bos >= 0 else "",
         )
@@ -98,9 +99,17 @@ class LlamaCppEngine:
             placement=plan.describe(),
             n_ctx=llm.n_ctx(),
             path=str(path),
+            notes=(template_note,) if template_note else (),
         )
         if on_progress:
             on_progress("ready", 1.0)
+
+    def _is_special_token(self, text: str) -> bool:
+        """Whether `text` is one special token of this model's vocabulary."""
+        try:
+            return len(self._llm.tokenize(text.encode(), add_bos=False, special=True)) == 1
+        except Exception:  # noqa: BLE001 - a tokenizer that refuses the text does not know it
+            return False
 
     # -- Engine -----------------------------------------------------------------------------
 
