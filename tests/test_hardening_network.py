@@ -61,9 +61,14 @@ class Hooks:
     def status(self, text: str) -> None:
         self.statuses.append(text)
 
+    def note(self, text: str) -> None:
+        self.statuses.append(text)
+
 
 def _session(*argv: str) -> Session:
-    return Session(cli._root_parser().parse_args(list(argv)))
+    from pocketchat.commands.selection import Selection
+
+    return Session(Selection.from_args(cli._root_parser().parse_args(list(argv))))
 
 
 @pytest.mark.parametrize("spec", ["bartowski/Some-GGUF:Q4_K_M", "POCKET-35B-Q2_K"])
