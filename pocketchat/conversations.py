@@ -90,6 +90,7 @@ class Conversation:
     created: float = field(default_factory=time.time)
     updated: float = 0.0
     model: str = ""
+    model_path: str = ""  # the file or folder it ran from: `--continue` reopens the same model
     system: str | None = None
     messages: list[ChatMessage] = field(default_factory=list)
     directory: Path | None = field(default=None, repr=False, compare=False)
@@ -133,6 +134,7 @@ class Conversation:
             "created": self.created,
             "updated": self.updated,
             "model": self.model,
+            "model_path": self.model_path,
             "system": self.system,
             "messages": [m.to_json() for m in self.messages],
         }
@@ -147,6 +149,7 @@ class Conversation:
             created=float(data.get("created", 0.0)),
             updated=float(data.get("updated", 0.0)),
             model=str(data.get("model", "")),
+            model_path=str(data.get("model_path") or ""),
             system=data.get("system") or None,
             messages=[ChatMessage.from_json(m) for m in data["messages"]],
             directory=directory,

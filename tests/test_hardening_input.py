@@ -43,3 +43,39 @@ def test_impossible_profiles_are_a_clear_hardware_profile_error(tmp_path, capsys
     assert code == 1
     assert err.startswith("error: ") and needle in err, err
     assert "bug" not in err and "unexpected" not in err
+
+
+def test_model_of_a_saved_chat(tmp_path):
+    from pocketchat.commands.chat import model_of
+    from pocketchat.conversations import Conversation
+
+    assert model_of(Conversation(model="SmolLM2-135M-Instruct (starter)")) == "starter"
+    assert model_of(Conversation(model="POCKET-35B-Q2_K")) == "POCKET-35B-Q2_K"
+    local = tmp_path / "mine.gguf"
+    local.write_bytes(b"GGUF")
+    assert model_of(Conversation(model="mine.gguf", model_path=str(local))) == str(local)
+    assert model_of(Conversation(model="gone.gguf", model_path=str(tmp_path / "gone.gguf"))) is None
+    assert model_of(Conversation()) is None
+
+
+def test_a_chat_remembers_the_file_it_ran_from():
+    from scripted_engine import Factory, ScriptedEngine
+    from uitools import SIZE, answered, ready, run, send
+
+    from pocketchat import conversations
+    from pocketchat.engines.types import EngineInfo
+    from pocketchat.ui.app import create_app
+
+    engine = ScriptedEngine(info=EngineInfo(backend="llama.cpp", model="mine.gguf", placement="CPU, 2 threads",
+                                            n_ctx=4096, path="/models/mine.gguf"))
+
+    async def scenario():
+        app = create_app(Factory(engine), memory_probe=lambda: 1)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            await send(pilot, "hi")
+            await answered(pilot)
+
+    run(scenario())
+    saved = conversations.last()
+    assert saved.model == "mine.gguf" and saved.model_path == "/models/mine.gguf"

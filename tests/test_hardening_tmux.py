@@ -31,7 +31,8 @@ def _command(tmp_path: Path, args: str, extra_env: dict[str, str] | None = None)
     env = {var: os.environ[var] for var in ("POCKETCHAT_DATA_DIR", "POCKETCHAT_CACHE_DIR", "HF_HOME",
                                             "HF_HUB_CACHE", "HF_ENDPOINT", "PATH", "HOME")
            if var in os.environ}
-    env.update(HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO), TERM="xterm-256color", **(extra_env or {}))
+    env.update(HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO), TERM="xterm-256color")
+    env.update(extra_env or {})
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     pid_file = tmp_path / "pid"
     command = (f"cd {shlex.quote(str(REPO))} && env -i {exports} sh -c 'echo $$ > {pid_file}; exec "
@@ -120,5 +121,21 @@ def test_a_paste_with_control_characters_keeps_its_order_and_saves_no_raw_escape
         chat = json.loads(saved[0].read_text())
         assert chat["messages"][0]["content"] == "abc ␛[2J def ghi"
         assert "\x1b" not in saved[0].read_text() and "\\u001b" not in saved[0].read_text()
+    finally:
+        tmux.kill()
+
+
+def test_continue_without_model_reopens_the_model_the_chat_was_held_with(tmp_path):
+    pytest.importorskip("llama_cpp")
+    _saved_chat("An earlier answer.", model="SmolLM2-135M-Instruct (starter)")
+    command, exit_file = _command(tmp_path, "--continue --no-think", {"HF_HUB_OFFLINE": "0"})
+    tmux = Tmux()
+    try:
+        tmux("new-session", "-d", "-s", "e2e", "-x", "110", "-y", "34", command)
+        screen = tmux.wait_for(lambda s: _ready(s) or "instead?" in s, 90, "the model or a question")
+        assert "instead?" not in screen and "SmolLM2-135M-Instruct (starter)" in screen, screen
+        assert "An earlier answer." in screen
+        tmux("send-keys", "-t", "e2e", "C-q")
+        assert _wait_file(exit_file, 30), tmux.screen()
     finally:
         tmux.kill()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any, Callable
 
 from pocketchat import conversations
@@ -55,6 +56,22 @@ def starter_installed() -> bool:
         return starter_path().is_file()
     except ModelNotFound:
         return False
+
+
+def model_of(conversation: conversations.Conversation) -> str | None:
+    """The --model that reopens the model a saved chat was held with; None when it is gone."""
+    from pocketchat.errors import ModelNotFound
+    from pocketchat.select import catalog
+
+    name = conversation.model
+    if name.endswith("(starter)"):
+        return STARTER
+    try:
+        return catalog.get(name).id
+    except ModelNotFound:
+        pass
+    path = conversation.model_path
+    return path if path and Path(path).exists() else None
 
 
 def describe_setup(sel: Selection, choice: ModelChoice | None) -> str:
@@ -118,12 +135,15 @@ class Session:
 def run(args: argparse.Namespace) -> int:
     from pocketchat.ui.app import create_app
 
-    session = Session(Selection.from_args(args))
+    sel = Selection.from_args(args)
     conversation = None
     if getattr(args, "resume", False):
         conversation = conversations.last()
         if conversation is None:
             print("No saved conversation yet: starting a new one.", file=sys.stderr)
+        elif sel.model is None:
+            sel = sel.with_model(spec) if (spec := model_of(conversation)) else sel
+    session = Session(sel)
     app = create_app(
         session.open_engine,
         prepare=session.prepare,

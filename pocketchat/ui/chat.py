@@ -152,6 +152,9 @@ class Chat(Vertical):
             await asyncio.to_thread(self._previous.wait, 10.0)
             self._previous = None
         conversation = self.conversation
+        if self.info is not None and not conversation.model_path:  # what `--continue` reopens
+            conversation.model = conversation.model or self.info.model
+            conversation.model_path = self.info.path
         conversation.add("user", text)
         history = conversation.engine_messages()
         message = conversation.add("assistant", interrupted=True)
