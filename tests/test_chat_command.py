@@ -15,6 +15,12 @@ from pocketchat.errors import OfflineError
 from pocketchat.types import LoadPlan
 
 
+@pytest.fixture(autouse=True)
+def a_terminal(monkeypatch):
+    """These tests run the full-screen chat (a fake app): stdin and stdout count as a terminal."""
+    monkeypatch.setattr("pocketchat.commands.oneshot._tty", lambda stream: True)
+
+
 def parse(*argv: str) -> argparse.Namespace:
     return cli._root_parser().parse_args(list(argv))
 

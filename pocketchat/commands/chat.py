@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pocketchat import conversations
+from pocketchat.commands import oneshot
 from pocketchat.commands.common import STARTER, ModelChoice
 from pocketchat.commands.selection import Selection
 from pocketchat.errors import OfflineError
@@ -27,6 +28,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--system", metavar="TEXT", help="system prompt for this chat")
     p.add_argument("--no-think", dest="no_think", action="store_true",
                    help="ask the model to answer without thinking first")
+    p.add_argument("-p", "--prompt", metavar="TEXT",
+                   help="answer this one question on stdout and exit (also when stdin or stdout is not "
+                        "a terminal: echo QUESTION | pocketchat)")
+    p.add_argument("--show-thinking", dest="show_thinking", action="store_true",
+                   help="with -p or a pipe: write the model's thinking to stderr (default: dropped)")
 
 
 def progress_adapter(hooks: Any) -> Callable[[DownloadProgress], None]:
@@ -136,6 +142,8 @@ def run(args: argparse.Namespace) -> int:
     from pocketchat.ui.app import create_app
 
     sel = Selection.from_args(args)
+    if oneshot.wanted(args):
+        return oneshot.run(args, sel)
     conversation = None
     if getattr(args, "resume", False):
         conversation = conversations.last()
