@@ -8,6 +8,7 @@ answer was cut short, and loses at most the tokens since the last save.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -162,6 +163,17 @@ class Conversation:
         self.updated = time.time()
         atomic_write_json(self.path, self.to_json())
         return self.path
+
+
+def save_problem(exc: OSError, folder: Path | None = None) -> str:
+    """What to do about a conversation that could not be saved, from the error's errno."""
+    folder = folder or settings().conversations_dir
+    if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
+        return f"Free some disk space on the disk of {folder}."
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR):
+        return (f"The folder {folder} cannot be written to: fix its permissions, or set "
+                "POCKETCHAT_DATA_DIR to a folder you can write to.")
+    return f"Check the folder {folder}."
 
 
 def atomic_write_json(path: Path, data: dict[str, Any]) -> None:

@@ -76,6 +76,10 @@ class DiskFull(PocketchatError, OSError):
     """Not enough free disk for a download."""
 
 
+class NotWritable(PocketchatError, PermissionError):
+    """A folder pocketchat must write to (the model cache) that is read-only or not permitted."""
+
+
 class OfflineError(PocketchatError, ConnectionError):
     """The network is off or the Hub unreachable, and the model is not on disk."""
 

@@ -114,3 +114,16 @@ def test_a_repo_without_gguf_files_says_what_it_holds(hub, spec, capsys):  # noq
     assert "someone/Original-Weights holds no GGUF files (it has: README.md, config.json, pytorch_model.bin)" in err
     assert "GGUF conversion" in err
     assert f"--model {spec}" not in err and "Pick one of those" not in err
+
+
+def test_a_read_only_model_cache_is_a_clear_message(hub, capsys):  # noqa: F811
+    from readonly import read_only
+
+    from pocketchat.paths import settings
+
+    hub.add_repo("tester/Small-GGUF", {"Small-Q4_K_M.gguf": b"GGUF" + b"\0" * 5000})
+    with read_only(settings().hf_cache_dir):
+        assert cli.main(["download", "tester/Small-GGUF:Q4_K_M", "--yes"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot write to the model cache"), err
+    assert "HF_HUB_CACHE" in err and "bug" not in err and "unexpected" not in err

@@ -139,3 +139,63 @@ def test_continue_without_model_reopens_the_model_the_chat_was_held_with(tmp_pat
         assert _wait_file(exit_file, 30), tmux.screen()
     finally:
         tmux.kill()
+
+
+def _pid(tmp_path: Path) -> int:
+    return int((tmp_path / "pid").read_text().strip())
+
+
+def test_sigterm_mid_answer_saves_restores_the_terminal_and_exits(tmp_path):
+    pytest.importorskip("llama_cpp")
+    command, exit_file = _command(tmp_path, "--model starter --no-think")
+    stty = tmp_path / "stty.txt"
+    command = command.replace("; sleep 60", f"; stty -a > {stty}; sleep 60")
+    tmux = Tmux()
+    try:
+        tmux("new-session", "-d", "-s", "e2e", "-x", "110", "-y", "34", command)
+        tmux.wait_for(_ready, 90, "the starter model to load")
+        tmux("send-keys", "-t", "e2e", "-l", "Write a very long story about a dragon, in many paragraphs.")
+        tmux("send-keys", "-t", "e2e", "Enter")
+        tmux.wait_for(lambda s: "Answering" in s, 60, "the answer to stream")
+        os.kill(_pid(tmp_path), signal.SIGTERM)
+        assert _wait_file(exit_file, 30), tmux.screen()
+        assert exit_file.read_text().strip() == "143"
+        screen = tmux.screen()
+        assert "Terminated" not in screen and "Traceback" not in screen
+        assert tmux("display-message", "-p", "-t", "e2e", "#{alternate_on}").strip() == "0"
+        assert _wait_file(stty, 10)
+        modes = stty.read_text().split()
+        assert "icanon" in modes and "echo" in modes  # the terminal is back in cooked mode
+        saved = list(settings().conversations_dir.glob("*.json"))
+        assert len(saved) == 1
+        chat = json.loads(saved[0].read_text())
+        answer = chat["messages"][-1]
+        assert answer["role"] == "assistant" and answer["interrupted"] and answer["content"].strip()
+    finally:
+        tmux.kill()
+
+
+def test_a_read_only_conversation_folder_is_reported_and_quitting_reminds(tmp_path):
+    pytest.importorskip("llama_cpp")
+    from readonly import read_only
+
+    folder = settings().conversations_dir
+    command, exit_file = _command(tmp_path, "--model starter --no-think")
+    command = command.replace("; sleep 60", "; sleep 60")
+    tmux = Tmux()
+    with read_only(folder):
+        try:
+            tmux("new-session", "-d", "-s", "e2e", "-x", "110", "-y", "40", command)
+            tmux.wait_for(_ready, 90, "the starter model to load")
+            tmux("send-keys", "-t", "e2e", "-l", "Say hi.")
+            tmux("send-keys", "-t", "e2e", "Enter")
+            screen = tmux.wait_for(lambda s: "Could not save" in s, 90, "the save warning")
+            flat = " ".join(screen.split())
+            assert "cannot be written to" in flat and "Free some disk space" not in flat
+            tmux.wait_for(lambda s: "Ready" in s or "Stopped" in s, 60, "the answer to end")
+            tmux("send-keys", "-t", "e2e", "C-q")
+            assert _wait_file(exit_file, 30), tmux.screen()
+            after = " ".join(tmux.screen().split())
+            assert "note: this chat was not saved" in after and "cannot be written to" in after, after
+        finally:
+            tmux.kill()

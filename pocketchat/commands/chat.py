@@ -161,6 +161,22 @@ def run(args: argparse.Namespace) -> int:
         about=lambda: session.about,
     )
     code = app.run()
+    reminder = unsaved_reminder(app)
+    if reminder:
+        print(reminder, file=sys.stderr)
     if app.fatal_error is not None:
         raise app.fatal_error
     return int(code or 0)
+
+
+def unsaved_reminder(app: Any) -> str | None:
+    """A reminder printed at exit when the last answer of the chat could not be saved."""
+    from pocketchat.textsafe import visible
+
+    stream = getattr(getattr(app, "chat", None), "last_stream", None)
+    error = stream.save_error if stream is not None else None
+    if error is None:
+        return None
+    folder = stream.conversation.path.parent
+    return visible(f"note: this chat was not saved ({error.strerror or error}).\n  "
+                   + conversations.save_problem(error, folder))

@@ -10,6 +10,7 @@ is reused as is. `ensure` is local-first: a model on disk is used without any ne
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -17,7 +18,9 @@ from pathlib import Path
 from pocketchat.errors import (
     HubUnreachable,
     ModelNotFound,
+    NotWritable,
     OfflineError,
+    PocketchatError,
 )
 from pocketchat.paths import settings
 from pocketchat.store import cache, fetcher, inventory, quant
@@ -226,7 +229,15 @@ def ensure(
         rm = online_rm or _resolve_online(s)
     except HubUnreachable as exc:
         raise _offline_error(s.text, exc.message, hint=exc.hint if "answers are not" in exc.message else None) from None
-    return fetcher.fetch_model(rm, confirm=confirm, progress=progress, options=options or DownloadOptions())
+    try:
+        return fetcher.fetch_model(rm, confirm=confirm, progress=progress, options=options or DownloadOptions())
+    except OSError as exc:
+        if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS) or isinstance(exc, PocketchatError):
+            raise
+        where = settings().hf_cache_dir
+        raise NotWritable(f"cannot write to the model cache {where}: {exc.strerror or exc}",
+                          hint="Fix the folder's permissions, or set HF_HUB_CACHE to a folder you can "
+                          "write to (on a disk with room for the model).") from None
 
 
 def _offline_error(name: str, why: str, hint: str | None = None) -> OfflineError:

@@ -6,6 +6,8 @@ hands it to the chat, restarts it, closes it, and holds the keys and the command
 
 from __future__ import annotations
 
+import asyncio
+import signal
 from typing import Callable
 
 from textual import work
@@ -112,6 +114,7 @@ class ChatApp(App[int]):
         yield Footer()
 
     async def on_mount(self) -> None:
+        self._catch_signals()
         self.query_one(EngineHeader).show(None, "starting")
         self.set_interval(2.0, self._sample_memory)
         self._open_engine("Loading the model")
@@ -223,6 +226,21 @@ class ChatApp(App[int]):
         if self.engine is not None:
             self._engine_gone()
         self._open_engine("Restarting the engine")
+
+    def _catch_signals(self) -> None:
+        """SIGTERM or SIGHUP (the terminal closed): stop the answer, save, restore the terminal, exit."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+            if sig is None:
+                continue
+            try:
+                loop.add_signal_handler(sig, self._on_signal, int(sig))
+            except (NotImplementedError, RuntimeError, ValueError):  # Windows, or not the main thread
+                pass
+
+    def _on_signal(self, signum: int) -> None:
+        self.chat.shutdown()  # the answer's thread saves it, marked interrupted; on_unmount waits
+        self.exit(128 + signum, return_code=128 + signum)
 
     async def action_quit(self) -> None:
         self.chat.shutdown()

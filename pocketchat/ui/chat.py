@@ -15,7 +15,7 @@ from textual.containers import Vertical
 from textual.timer import Timer
 
 from pocketchat import conversations
-from pocketchat.conversations import Conversation
+from pocketchat.conversations import Conversation, save_problem
 from pocketchat.errors import EngineCrashed, PocketchatError
 from pocketchat.engines.types import ChatOptions, Engine, EngineInfo
 from pocketchat.ui.messages import EngineLost
@@ -72,6 +72,7 @@ class Chat(Vertical):
         self.starting = False  # the app is opening an engine
         self.memory: int | None = None
         self.stream: AnswerStream | None = None
+        self.last_stream: AnswerStream | None = None  # whether the chat is saved, for the reminder at exit
         self._answer: AnswerView | None = None
         self._pump_timer: Timer | None = None
         self._pacer = RenderPacer()
@@ -167,6 +168,7 @@ class Chat(Vertical):
         options = dataclasses.replace(self.base_options, thinking=self.thinking)
         self.stream = AnswerStream(self.engine, conversation, message, history, options,
                                    save_interval=self.save_interval)
+        self.last_stream = self.stream
         self.status(figures_from_stats(None, "Waiting for the first token", self.memory,
                                        self.info.n_ctx if self.info else 0, None))
         self.run_worker(self.stream.run, thread=True, group="stream", exit_on_error=False)
@@ -219,7 +221,8 @@ class Chat(Vertical):
                         "and were left out of what the model saw.", kind="info")
         if stream.save_error is not None:
             self.notice(f"Could not save the conversation: {stream.save_error}",
-                        "Free some disk space; the chat goes on.", "warning")
+                        save_problem(stream.save_error, self.conversation.path.parent)
+                        + " The chat goes on, unsaved.", "warning")
         self.idle_status("Stopped" if message.interrupted else "Ready")
         self.stream, self._answer = None, None  # last: a test (or a user) sees it all done
         self.app.refresh_bindings()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Center, Horizontal, Middle, Vertical, VerticalScroll
@@ -22,11 +23,44 @@ from textual.widgets import (
 from textual.widgets.option_list import Option
 
 from pocketchat.conversations import Conversation
-from pocketchat.textsafe import one_line, visible
+from pocketchat.textsafe import one_line, pasted, visible
 from pocketchat.ui.format import human_bytes, human_duration
+from pocketchat.ui.widgets import PromptInput
 
 
-class LoadingScreen(Screen):
+class KeepsTyping:
+    """A start-up screen that passes what is typed (or pasted) to the chat's input box, so a
+    question typed while the model loads is there when it is ready."""
+
+    def _prompt(self) -> PromptInput | None:
+        for screen in self.app.screen_stack:  # type: ignore[attr-defined]
+            found = screen.query(PromptInput)
+            if found:
+                return found.first()
+        return None
+
+    def on_key(self, event: events.Key) -> None:
+        prompt = self._prompt()
+        if prompt is None:
+            return
+        if event.key == "backspace":
+            prompt.action_delete_left()
+        elif event.key in ("ctrl+j", "shift+enter"):
+            prompt.action_newline()
+        elif event.is_printable and event.character:
+            prompt.insert(event.character)
+        else:
+            return
+        event.stop()
+
+    def on_paste(self, event: events.Paste) -> None:
+        prompt = self._prompt()
+        if prompt is not None:
+            prompt.insert(pasted(event.text))
+            event.stop()
+
+
+class LoadingScreen(KeepsTyping, Screen):
     """Shown while the model loads (a 13 GB file takes a while)."""
 
     def __init__(self, what: str = "Loading the model") -> None:
@@ -53,7 +87,7 @@ class LoadingScreen(Screen):
         self.query_one("#loading-elapsed", Label).update(f"{human_duration(elapsed)} · Ctrl+Q quits")
 
 
-class DownloadScreen(Screen):
+class DownloadScreen(KeepsTyping, Screen):
     """Progress of a model download: bytes, percent, speed and time left."""
 
     def __init__(self, what: str = "Downloading the model") -> None:

@@ -22,6 +22,7 @@ from pocketchat.errors import (
     HardwareProfileError,
     ModelNotFound,
     ModelTooLarge,
+    NotWritable,
     NothingFits,
     OfflineError,
     UsageError,
@@ -49,6 +50,7 @@ FATAL_AT_START: tuple[type[BaseException], ...] = (
     GatedRepo,
     OfflineError,  # offline and the starter model declined
     DownloadDeclined,  # the user said no to the download
+    NotWritable,  # a read-only model cache: fixed outside the chat
 )
 
 
