@@ -10,7 +10,7 @@ from typing import Sequence
 
 from pocketchat import __version__
 from pocketchat.commands.selection import add_selection_args
-from pocketchat.errors import PocketchatError
+from pocketchat.errors import DownloadDeclined, PocketchatError
 
 # Subcommand name -> module in pocketchat.commands (imported only when used).
 SUBCOMMANDS: dict[str, str] = {
@@ -21,8 +21,18 @@ SUBCOMMANDS: dict[str, str] = {
 }
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with pocketchat's one error style: `error: ...` and a hint, exit code 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        from pocketchat.textsafe import visible
+
+        self.print_usage(sys.stderr)
+        self.exit(2, visible(f"error: {message}\n  See `{self.prog} --help`.\n"))
+
+
 def _root_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="pocketchat",
         description="Chat with the POCKET build that fits this machine.",
         epilog="commands: " + ", ".join(SUBCOMMANDS) + " (pocketchat COMMAND --help)",
@@ -43,7 +53,7 @@ def _load(name: str):
 def _dispatch(argv: list[str]) -> int:
     if argv and argv[0] in SUBCOMMANDS:
         module = _load(SUBCOMMANDS[argv[0]])
-        p = argparse.ArgumentParser(prog=f"pocketchat {argv[0]}")
+        p = Parser(prog=f"pocketchat {argv[0]}")
         module.configure(p)
         return module.run(p.parse_args(argv[1:]))
     args = _root_parser().parse_args(argv)
@@ -67,6 +77,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         return _dispatch(list(sys.argv[1:] if argv is None else argv))
+    except DownloadDeclined as exc:  # the user's own choice: a plain note, not an error
+        from pocketchat.textsafe import visible
+
+        print(visible(exc.message + (f"\n  {exc.hint}" if exc.hint else "")), file=sys.stderr)
+        return 0
     except PocketchatError as exc:
         if settings().debug:
             traceback.print_exc()

@@ -117,8 +117,12 @@ class LoadPlan:
         if self.placement == "gpu":
             return "GPU, all layers"
         if self.placement == "gpu+cpu-experts":
-            return f"GPU + experts on CPU, {self.n_threads} threads"
-        return f"CPU, {self.n_threads} threads"
+            return f"GPU + experts on CPU, {_threads(self.n_threads)}"
+        return f"CPU, {_threads(self.n_threads)}"
+
+
+def _threads(n: int) -> str:
+    return f"{n} thread" if n == 1 else f"{n} threads"
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,7 @@ class TerminalProgress:
         parts = [f"{verb} {p.name}"]
         if p.file_count > 1:
             parts.append(f"[{p.file_index}/{p.file_count}]")
-        parts.append(f"{human_bytes(p.bytes_done)} / {human_bytes(p.bytes_total)}")
+        parts.append(f"{human_bytes(p.bytes_done, like=p.bytes_total)} / {human_bytes(p.bytes_total)}")
         parts.append(f"{100 * p.fraction:5.1f}%")
         if p.speed_bps > 0:
             parts.append(f"{p.speed_bps / 1e6:.1f} MB/s")

@@ -52,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
     for i in partials:
         size = i["size"] or 0
         pct = f"{100 * i['bytes_done'] / size:.0f}%" if size else "?"
-        print(visible(f"partial: {i['repo_id']}/{i['path']}  {human_bytes(i['bytes_done'])} of {human_bytes(size)} "
-              f"({pct}); `pocketchat download {i['repo_id']}/{i['path']}` resumes it"))
+        build = inventory.build_for(i["repo_id"], i["path"], "gguf")
+        spec = build.id if build else f"{i['repo_id']}/{i['path']}"
+        print(visible(f"partial: {i['repo_id']}/{i['path']}  {human_bytes(i['bytes_done'], like=size)} of "
+                      f"{human_bytes(size)} ({pct}); `pocketchat download {spec}` resumes it"))
     return 0

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import re
+import textwrap
+
 from pocketchat.errors import NothingFits
-from pocketchat.select.estimate import fmt_gb
+from pocketchat.select.estimate import DEFAULT_CPU_GBPS, fmt_gb
 from pocketchat.select.fit import DEFAULT_CTX
 from pocketchat.types import Candidate, HardwareProfile, Recommendation
+
+
+TABLE_WIDTH = 120  # the candidates table wraps its reasons to stay within this many columns
+TOK_S_PART = re.compile(r"~\d+ tok/s \(estimate\)")
 
 
 def run_command(c: Candidate, lang: str) -> str:
@@ -41,16 +48,16 @@ def format_recommendation(rec: Recommendation) -> str:
         lines.append(f"Recommended: {r.build.id} ({fmt_gb(r.build.size_bytes)}, {r.build.quant}, {r.build.backend})")
         lines.append(f"  placement: {r.plan.describe()}; context {r.plan.n_ctx}; "
                      f"~{r.estimated_decode_tok_s:.0f} tok/s (estimate)")
-        lines.append(f"  why: {r.reason}")
+        lines += _wrap(f"  why: {r.reason}", "       ")
         lines.append(f"  run:  {run_command(r, rec.lang)}")
         stock = llama_cpp_command(r)
         if stock:
             lines.append(f"  or with stock llama.cpp: {stock}")
     else:
         lines.append("Nothing fits this machine.")
-        lines.append("  " + nothing_fits_summary(rec))
+        lines += _wrap("  " + nothing_fits_summary(rec), "  ")
     for note in rec.notes:
-        lines.append(f"note: {note}")
+        lines += _wrap(f"note: {note}", "  ")
     lines.append("")
     header = ("build", "size", "fits", "placement", "memory", "tok/s", "reason")
     rows = [header]
@@ -60,13 +67,32 @@ def format_recommendation(rec: Recommendation) -> str:
             mark = "BEST"
         rows.append((c.build.id, fmt_gb(c.build.size_bytes), mark,
                      c.plan.placement if c.plan else "-", fmt_gb(c.estimated_memory_bytes),
-                     _tok_s(c), c.reason))
+                     _tok_s(c), _table_reason(c.reason) if c.fits else c.reason))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
+    indent = sum(widths) + 2 * len(widths)
     for row in rows:
-        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
+        reason = textwrap.wrap(row[-1], max(TABLE_WIDTH - indent, 30)) or [""]
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + reason[0])
+        lines += [" " * indent + more for more in reason[1:]]
     lines.append("")
-    lines.append("Memory and speed are estimates (weights + KV cache + buffers; measured bandwidth).")
+    if rec.hardware.memory_bandwidth_gbps:
+        bandwidth = f"{rec.hardware.memory_bandwidth_gbps:.1f} GB/s memory bandwidth"
+    else:
+        bandwidth = f"the default {DEFAULT_CPU_GBPS:.0f} GB/s memory bandwidth (not measured)"
+    lines.append(f"Memory and speed are estimates (weights + KV cache + buffers; {bandwidth}).")
     return "\n".join(lines)
+
+
+def _wrap(text: str, indent: str) -> list[str]:
+    """A long line as lines of at most TABLE_WIDTH columns, continued under `indent`."""
+    return textwrap.wrap(text, TABLE_WIDTH, subsequent_indent=indent, break_on_hyphens=False,
+                         break_long_words=False) or [text]
+
+
+def _table_reason(reason: str) -> str:
+    """A candidate's reason without what its row's columns already say (fits: memory, tok/s)."""
+    parts = [p for p in reason.split("; ") if not p.startswith("fits: ") and not TOK_S_PART.fullmatch(p)]
+    return "; ".join(parts) or "fits"
 
 
 def nothing_fits_summary(rec: Recommendation) -> str:
@@ -84,10 +110,15 @@ def nothing_fits_summary(rec: Recommendation) -> str:
             f"{fmt_gb(smallest.estimated_memory_bytes)}: {smallest.reason}")
 
 
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def format_profile(hw: HardwareProfile) -> str:
     lines = [
         f"OS:        {hw.os} {hw.arch}",
-        f"CPU:       {hw.cpu_name} ({hw.cpu_physical_cores} cores, {hw.cpu_logical_cores} threads)"
+        f"CPU:       {hw.cpu_name} ({_count(hw.cpu_physical_cores, 'core')}, "
+        f"{_count(hw.cpu_logical_cores, 'thread')})"
         + (f"; {' '.join(hw.cpu_flags)}" if hw.cpu_flags else ""),
         f"RAM:       {fmt_gb(hw.ram_total_bytes)} total, {fmt_gb(hw.ram_available_bytes)} available",
         "Bandwidth: " + (f"{hw.memory_bandwidth_gbps:.1f} GB/s (measured copy)"

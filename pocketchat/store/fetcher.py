@@ -42,8 +42,9 @@ def fetch_model(rm: ResolvedModel, *, confirm, progress, options: DownloadOption
                             transfer_bytes=need, destination=cache.repo_dir(repo), free_bytes=free,
                             free_after_bytes=free_after)
         if confirm is not None and not confirm(plan):
-            raise DownloadDeclined(f"nothing was downloaded: {rm.name} ({human_bytes(fetch_total)}) was not "
-                                   "confirmed", hint="Pass --yes to download without asking.")
+            raise DownloadDeclined(f"Not downloading {rm.name} ({human_bytes(fetch_total)}); nothing was "
+                                   "downloaded.", hint="Run again and answer yes, or pass --yes to download "
+                                   "without asking.")
     meter = ProgressMeter(rm.name, total, progress, len(rm.files))
     present = [f for f in rm.files if f not in missing]
     meter.base = sum(f.size or 0 for f in present)

@@ -135,9 +135,14 @@ class CachedModel:
 
 
 
-def human_bytes(n: float) -> str:
-    """12.90 GB, 800.0 kB: decimal units, as disk and download sizes are quoted."""
-    for unit, size in (("GB", 1000**3), ("MB", 1000**2), ("kB", 1000)):
-        if n >= size:
+_UNITS = (("GB", 1000**3), ("MB", 1000**2), ("kB", 1000))
+
+
+def human_bytes(n: float, *, like: float | None = None) -> str:
+    """12.90 GB, 800.0 kB: decimal units, as disk and download sizes are quoted; with `like`, in
+    the unit `like` would get (0.51 GB / 12.90 GB, never 512.0 MB / 12.90 GB on one line)."""
+    scale = n if like is None else max(like, n)
+    for unit, size in _UNITS:
+        if scale >= size:
             return f"{n / size:.2f} {unit}" if unit == "GB" else f"{n / size:.1f} {unit}"
     return f"{int(n)} B"

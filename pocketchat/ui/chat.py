@@ -217,8 +217,10 @@ class Chat(Vertical):
             self.notice(f"The context is full ({used}/{limit} tokens): the answer stopped there.",
                         "Start a new chat with Ctrl+N, or restart with a larger --ctx.", "warning")
         if stats is not None and stats.dropped_messages:
-            self.notice(f"{stats.dropped_messages} earlier messages no longer fit the context "
-                        "and were left out of what the model saw.", kind="info")
+            n = stats.dropped_messages
+            self.notice(f"{n} earlier message{'' if n == 1 else 's'} no longer fit{'s' if n == 1 else ''} "
+                        "the context and " + ("was" if n == 1 else "were") + " left out of what the model saw.",
+                        kind="info")
         if stream.save_error is not None:
             self.notice(f"Could not save the conversation: {stream.save_error}",
                         save_problem(stream.save_error, self.conversation.path.parent)

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 
-def human_bytes(n: float | None) -> str:
+def human_bytes(n: float | None, *, like: float | None = None) -> str:
+    """'1.5 GB'; with `like`, in the unit `like` would get (so two figures on a line share one)."""
     if n is None:
         return "?"
     value = float(n)
+    scale = max(float(like), value) if like else value
     for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(value) < 1000 or unit == "TB":
+        if abs(scale) < 1000 or unit == "TB":
             if unit == "B":
                 return f"{int(value)} B"
             return f"{value:.1f} {unit}" if value < 100 else f"{value:.0f} {unit}"
         value /= 1000
+        scale /= 1000
     return f"{value:.1f} TB"  # pragma: no cover - the loop always returns
 
 

@@ -114,7 +114,7 @@ class DownloadScreen(KeepsTyping, Screen):
         parts = [human_bytes(done)]
         if total:
             bar.update(total=total, progress=done)
-            parts[0] = f"{human_bytes(done)} of {human_bytes(total)}"
+            parts[0] = f"{human_bytes(done, like=total)} of {human_bytes(total)}"
             parts.append(f"{100 * done / total:.0f}%")
         if speed > 0:
             parts.append(f"{human_bytes(speed)}/s")
