@@ -150,3 +150,37 @@ class MetalBudgetExceeded(ModelTooLarge):
         self.budget_bytes = budget_bytes
         self.total_bytes = total_bytes
         self.suggested_limit_mb = suggested_limit_mb  # None: raising the limit cannot help
+
+
+RPC_REINSTALL = ('CMAKE_ARGS="-DGGML_RPC=on" pip install --force-reinstall --no-cache-dir '
+                 "llama-cpp-python==0.3.36")
+
+
+class RpcUnavailable(BackendMissing):
+    """The installed llama-cpp-python was built without the RPC backend (no --rpc, no rpc-server)."""
+
+    hint = (f"Rebuild it with RPC (--no-cache-dir: pip may hold a wheel built without it): "
+            f"{RPC_REINSTALL}")
+
+
+class HelperUnreachable(PocketchatError, ConnectionError):
+    """An --rpc helper that cannot be reached or does not speak llama.cpp's RPC protocol."""
+
+    hint = ("Start `pocketchat rpc-server` on the helper machine (with --host and --allow-remote "
+            "for a trusted network), check HOST:PORT, or leave --rpc out to run alone.")
+
+    def __init__(self, message: str, *, endpoint: str = "", hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.endpoint = endpoint
+
+
+class HelperGone(EngineCrashed):
+    """An --rpc helper went away while the model was loaded (killed, network dropped)."""
+
+    hint = ("The conversation is kept. Ctrl+R reloads the model: with the helper if it is back, "
+            "else on this machine alone when it fits.")
+
+    def __init__(self, message: str, *, endpoint: str = "", exitcode: int | None = None,
+                 hint: str | None = None) -> None:
+        super().__init__(message, exitcode=exitcode, hint=hint)
+        self.endpoint = endpoint

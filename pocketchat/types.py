@@ -112,8 +112,17 @@ class LoadPlan:
     n_batch: int = 512
     sampling: Sampling = field(default_factory=Sampling)
     notes: tuple[str, ...] = ()  # what the plan changed from the request, for the user
+    # Pooling over llama.cpp's RPC backend: each helper's HOST:PORT and the transformer
+    # layers it holds (the last ones, the output layer with the last helper); the rest stay here.
+    rpc_servers: tuple[str, ...] = ()
+    rpc_layers: tuple[int, ...] = ()
+    n_layers: int = 0  # the model's layer count, when the plan splits it
 
     def describe(self) -> str:
+        if self.rpc_servers:
+            here = max(self.n_layers - sum(self.rpc_layers), 0)
+            parts = [f"{n} on {ep}" for ep, n in zip(self.rpc_servers, self.rpc_layers)]
+            return f"pooled: {here} layers here (CPU, {self.n_threads} threads), " + ", ".join(parts)
         if self.placement == "gpu":
             return "GPU, all layers"
         if self.placement == "gpu+cpu-experts":
@@ -123,6 +132,24 @@ class LoadPlan:
 
 def _threads(n: int) -> str:
     return f"{n} thread" if n == 1 else f"{n} threads"
+
+
+@dataclass(frozen=True)
+class Helper:
+    """Another machine lending its memory and compute over llama.cpp's RPC backend, as measured."""
+
+    endpoint: str
+    free_bytes: int
+    total_bytes: int
+    n_devices: int = 1
+    rtt_seconds: float | None = None
+    throughput_bytes_s: float | None = None
+    # A CPU device reports all its RAM as free ("free system memory is ill-defined").
+    reports_total_as_free: bool = False
+    memory_bandwidth_gbps: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,13 @@ def open_engine(plan: "LoadPlan", path: Path, *, name: str | None = None,
     By default the backend runs in a child process (`worker.WorkerEngine`); this blocks until
     the model is loaded. For a loading screen, construct `WorkerEngine(..., wait=False)` and
     call its `wait_ready(timeout)`. `in_process=True` runs the backend in this process (tests,
-    tools that have no other busy thread).
+    tools that have no other busy thread). A plan pooled over RPC helpers (`plan.rpc_servers`)
+    gets a `rpc.PooledEngine`, whose crashes name the helper that went away.
     """
+    if plan.rpc_servers and not in_process:
+        from pocketchat.engines.rpc import open_pooled
+
+        return open_pooled(plan, Path(path), name=name)
     if in_process:
         from pocketchat.engines.worker import make_backend
 

@@ -141,9 +141,12 @@ def load_llama(plan: LoadPlan, path: Path, info: GGUFInfo, *,
     # class machines (ggml-org/llama.cpp#20824, unfixed); this machine is one. Where AMX is
     # offered, load without the extra weight buffer types: slower prompts, no segfault.
     extra_bufts = "AMX" not in moe.cpu_extra_buffer_types(llama_cpp)
+    pool = _rpc_devices(plan)  # helpers' devices (engines/rpc.py), kept alive with the model
 
     def setup(params: Any) -> None:
         params.use_extra_bufts = extra_bufts and params.use_extra_bufts
+        if pool is not None:
+            params.devices = ctypes.addressof(pool)
         if overrides is not None:
             params.tensor_buft_overrides = overrides.address
         params.progress_callback = progress_cb
@@ -164,13 +167,28 @@ def load_llama(plan: LoadPlan, path: Path, info: GGUFInfo, *,
                 flash_attn=plan.flash_attn,
                 type_k=KV_TYPES[kv],
                 type_v=KV_TYPES[kv],
+                tensor_split=list(plan.rpc_layers) if len(plan.rpc_layers) > 1 else None,
                 verbose=False,
             )
         except (ValueError, RuntimeError, OSError) as exc:
             raise _load_error(path, exc, log.errors(lines)) from exc
     if overrides is not None:
         llm._pocketchat_overrides = overrides  # the C array must outlive the model
+    if pool is not None:
+        from pocketchat.engines import rpc
+
+        llm._pocketchat_devices = pool
+        rpc.tune_helper_sockets(plan.rpc_servers)
     return Loaded(llm, overrides, moe.overridden_tensors(lines), list(lines))
+
+
+def _rpc_devices(plan: LoadPlan) -> Any:
+    """The NULL-terminated device array for a pooled plan, or None."""
+    if not plan.rpc_servers:
+        return None
+    from pocketchat.engines import rpc
+
+    return rpc.device_array(rpc.rpc_devices(plan.rpc_servers))
 
 
 def _load_error(path: Path, exc: Exception, reasons: list[str]) -> Exception:
