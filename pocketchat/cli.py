@@ -18,6 +18,7 @@ SUBCOMMANDS: dict[str, str] = {
     "models": "models",
     "bench": "bench",
     "history": "history",
+    "rpc-server": "rpc_server",
 }
 
 

@@ -44,6 +44,7 @@ class HardwareProfile:
     gpus: tuple[GPU, ...] = ()
     backends: tuple[str, ...] = ("llama.cpp",)
     llama_gpu_offload: bool | None = None
+    llama_rpc: bool | None = None  # llama.cpp built with its RPC backend (pooling, --rpc)
     notes: tuple[str, ...] = ()
 
     @property

@@ -105,8 +105,6 @@ def run(args: argparse.Namespace) -> int:
     from pocketchat.commands.common import choose_model
     from pocketchat.commands.selection import Selection
     from pocketchat.errors import UsageError
-    from pocketchat.engines import open_engine
-    from pocketchat.engines.types import ChatOptions, Message
 
     sel = Selection.from_args(args)
     if args.n_prompt < 1 or args.n_gen < 1 or args.repetitions < 1:
@@ -117,44 +115,78 @@ def run(args: argparse.Namespace) -> int:
         choice = choose_model(replace(sel, ctx=need))
     plan = choice.plan
     if not args.json:
-        print(visible(f"loading {choice.name} ..."), file=sys.stderr)
         for note in plan.notes:
             print(f"note: {note}", file=sys.stderr)
+    runs = [(plan, *_measure(plan, choice, args))]
+    if plan.rpc_servers:  # pooled: the same model alone too, when it fits, for comparison
+        from pocketchat.commands.pooling import alone_plan
+        from pocketchat.errors import EngineError
+
+        try:
+            alone = replace(alone_plan(sel, choice), n_ctx=plan.n_ctx)
+        except EngineError as exc:
+            print(visible(f"not run alone: {exc.message}"), file=sys.stderr)
+        else:
+            runs.append((alone, *_measure(alone, choice, args)))
+    from pocketchat.commands.common import model_size
+
+    size = model_size(choice.path)
+    if args.json:
+        print(json.dumps(_json(choice, size, args, runs[0]) | {
+            "runs": [_json(choice, size, args, r) for r in runs]}, indent=2))
+        return 0
+    print(visible(_table(choice.name, size, runs)))
+    return 0
+
+
+def _measure(plan, choice, args: argparse.Namespace):
+    """(EngineInfo, [pp, tg]) for one plan; a helper that goes away ends the bench clearly."""
+    from pocketchat.engines import open_engine
+    from pocketchat.engines.types import ChatOptions, Message
+    from pocketchat.errors import HelperGone
+
+    if not args.json:
+        print(visible(f"loading {choice.name} ({plan.describe()}) ..."), file=sys.stderr)
     engine = open_engine(plan, choice.path, name=choice.name, in_process=args.in_process)
     try:
         rng = random.Random(1234)
         _last(engine.chat([Message("user", "Hi")], ChatOptions(max_tokens=4)))  # warm-up
         results = [bench_pp(engine, args.n_prompt, args.repetitions, rng),
                    bench_tg(engine, args.n_gen, args.repetitions, rng)]
+    except HelperGone as exc:
+        raise HelperGone(exc.message, endpoint=exc.endpoint, exitcode=exc.exitcode,
+                         hint="Start the helper again (pocketchat rpc-server), or run without --rpc.") from None
     finally:
         engine.close()
-    from pocketchat.commands.common import model_size
-
-    size = model_size(choice.path)
-    if args.json:
-        print(json.dumps({
-            "model": choice.name, "path": str(choice.path), "size_bytes": size,
-            "backend": engine.info.backend, "placement": plan.placement,
-            "placement_detail": engine.info.placement,
-            "n_threads": plan.n_threads, "n_threads_batch": plan.n_threads_batch,
-            "n_gpu_layers": plan.n_gpu_layers, "n_ctx": engine.info.n_ctx, "cpu_moe": plan.cpu_moe,
-            "flash_attn": plan.flash_attn, "kv_type": plan.kv_type,
-            "worker": not args.in_process,
-            "results": [{"test": r.test, "tokens": r.tokens, "tok_s": round(r.mean, 2),
-                         "stdev": round(r.stdev, 2), "runs": [round(x, 2) for x in r.tok_s]}
-                        for r in results],
-        }, indent=2))
-        return 0
-    print(visible(_table(choice.name, size, engine.info, plan, results)))
-    return 0
+    return engine.info, results
 
 
-def _table(name: str, size: int | None, info, plan, results: list[Result]) -> str:
+def _json(choice, size: int, args: argparse.Namespace, run) -> dict:
+    plan, info, results = run
+    return {
+        "model": choice.name, "path": str(choice.path), "size_bytes": size,
+        "backend": info.backend, "placement": plan.placement,
+        "placement_detail": info.placement,
+        "n_threads": plan.n_threads, "n_threads_batch": plan.n_threads_batch,
+        "n_gpu_layers": plan.n_gpu_layers, "n_ctx": info.n_ctx, "cpu_moe": plan.cpu_moe,
+        "flash_attn": plan.flash_attn, "kv_type": plan.kv_type,
+        "rpc_servers": list(plan.rpc_servers), "rpc_layers": list(plan.rpc_layers),
+        "worker": not args.in_process,
+        "results": [{"test": r.test, "tokens": r.tokens, "tok_s": round(r.mean, 2),
+                     "stdev": round(r.stdev, 2), "runs": [round(x, 2) for x in r.tok_s]}
+                    for r in results],
+    }
+
+
+def _table(name: str, size: int | None, runs) -> str:
     size_s = f"{size / 1024**3:.2f} GiB" if size else "-"
     head = ["model", "size", "backend", "placement", "threads", "test", "t/s"]
-    threads = str(plan.n_threads) if plan.backend == "llama.cpp" else "-"
-    rows = [[name, size_s, info.backend, plan.placement, threads, r.test,
-             f"{r.mean:.2f} ± {r.stdev:.2f}"] for r in results]
+    rows = []
+    for plan, info, results in runs:
+        threads = str(plan.n_threads) if plan.backend == "llama.cpp" else "-"
+        where = info.placement if plan.rpc_servers else plan.placement
+        rows += [[name, size_s, info.backend, where, threads, r.test,
+                  f"{r.mean:.2f} ± {r.stdev:.2f}"] for r in results]
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
     line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
     sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"

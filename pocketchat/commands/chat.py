@@ -105,6 +105,8 @@ class Session:
         self.sel = sel
         self.choice: ModelChoice | None = None
         self.about = ""
+        self.engine: Engine | None = None
+        self.alone = False  # a pooled choice reloaded on this machine alone (a helper went away)
 
     def prepare(self, hooks: Any) -> None:
         from pocketchat.commands.common import choose_model
@@ -132,10 +134,26 @@ class Session:
         hooks.status(f"Loading {choice.name}")
 
     def open_engine(self) -> Engine:
+        """The engine for the choice; after a helper went away (Ctrl+R), without it if it is still gone."""
         from pocketchat.engines import open_engine
 
         assert self.choice is not None, "prepare() runs first"
-        return open_engine(self.choice.plan, self.choice.path, name=self.choice.name)
+        plan = self.choice.plan
+        if plan.rpc_servers and (self.helper_lost or self.alone):
+            from pocketchat.commands.pooling import alone_plan
+            from pocketchat.engines.rpc import reachable
+
+            self.alone = any(reachable(ep) for ep in plan.rpc_servers)
+            if self.alone:
+                plan = alone_plan(self.sel, self.choice)
+        engine = open_engine(plan, self.choice.path, name=self.choice.name)
+        self.engine = engine
+        return engine
+
+    @property
+    def helper_lost(self) -> bool:
+        """Whether the last engine ended because a helper went away."""
+        return getattr(self.engine, "gone", None) is not None
 
 
 def run(args: argparse.Namespace) -> int:

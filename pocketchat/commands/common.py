@@ -81,6 +81,10 @@ def choose_model(sel: Selection, *, confirm=None, progress=None) -> ModelChoice:
     from pocketchat.select import catalog, fit
     from pocketchat.select.report import nothing_fits
 
+    if sel.rpc:  # pooled with helper machines: commands/pooling.py
+        from pocketchat.commands.pooling import choose_pooled
+
+        return choose_pooled(sel, confirm=confirm, progress=progress)
     spec = sel.model
     profile = sel.profile()
     if spec == STARTER:

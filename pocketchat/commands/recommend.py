@@ -22,6 +22,8 @@ def run(args: argparse.Namespace) -> int:
     if args.probe and not args.recommend:
         print(json.dumps(profile.to_json(), indent=2) if args.json else visible(report.format_profile(profile)))
         return 0
+    if sel.rpc:
+        return _run_pooled(args, sel, profile)
     rec = recommend(sel, profile)
     if args.json:
         print(json.dumps(rec.to_json(), indent=2))
@@ -32,4 +34,19 @@ def run(args: argparse.Namespace) -> int:
     if rec.recommended is None:
         # The table above already says why; the error line gives the figures in one sentence.
         raise report.nothing_fits(rec)
+    return 0
+
+
+def _run_pooled(args: argparse.Namespace, sel: Selection, profile) -> int:
+    """`--recommend --rpc`: the best build alone vs pooled, and whether pooling pays."""
+    from pocketchat.commands.pooling import advice, helpers_for
+    from pocketchat.select import pool, report
+
+    adv = advice(sel, profile, helpers_for(sel))
+    if args.json:
+        print(json.dumps(pool.advice_json(adv), indent=2))
+    else:
+        if args.probe:
+            print(visible(report.format_profile(profile)) + "\n")
+        print(visible(pool.format_advice(adv)))
     return 0

@@ -30,6 +30,7 @@ class Selection:
     hardware: Path | None = None
     offline: bool = False
     yes: bool = False
+    rpc: tuple[str, ...] = ()  # helpers (HOST:PORT) to pool with over llama.cpp's RPC backend
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "Selection":
@@ -38,6 +39,10 @@ class Selection:
         values = {k: v for k, v in vars(args).items() if k in names and v is not None}
         if "hardware" in values:
             values["hardware"] = Path(values["hardware"])
+        if "rpc" in values:
+            from pocketchat.engines.rpc import parse_endpoints
+
+            values["rpc"] = parse_endpoints(values["rpc"])
         return cls(**values).checked()
 
     def checked(self) -> "Selection":
@@ -76,3 +81,5 @@ def add_selection_args(p: argparse.ArgumentParser, *, model: bool = True) -> Non
                        help="a build id, REPO:QUANT, REPO/FILE, a local .gguf or 'starter'")
     p.add_argument("--offline", action="store_true", help="never touch the network")
     p.add_argument("--yes", "-y", action="store_true", help="do not ask before downloading")
+    p.add_argument("--rpc", metavar="HOST:PORT[,..]",
+                   help="pool this machine with helpers running `pocketchat rpc-server`")

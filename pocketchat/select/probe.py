@@ -53,6 +53,7 @@ def detect(*, disk_path: Path | None = None, measure_bandwidth: bool = True) -> 
         gpus=tuple(gpus),
         backends=tuple(installed_backends()),
         llama_gpu_offload=llama_gpu_offload(),
+        llama_rpc=llama_rpc(),
         notes=tuple(notes),
     )
 
@@ -223,6 +224,25 @@ def installed_backends() -> list[str]:
     if importlib.util.find_spec("mlx_lm") is not None:
         found.append("mlx")
     return found
+
+
+def _llama_libs() -> list[str] | None:
+    """File names in the installed llama_cpp's lib folder; None if it is not installed."""
+    spec = importlib.util.find_spec("llama_cpp")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        try:
+            return os.listdir(Path(folder) / "lib")
+        except OSError:
+            continue
+    return None
+
+
+def llama_rpc() -> bool | None:
+    """Whether the installed llama.cpp has the RPC backend (libggml-rpc); None if not installed."""
+    names = _llama_libs()
+    return None if names is None else any("ggml-rpc" in n for n in names)
 
 
 def llama_gpu_offload() -> bool | None:

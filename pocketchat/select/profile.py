@@ -121,8 +121,9 @@ def profile_from_json(data: Any, *, source: str = "hardware profile") -> Hardwar
     if not isinstance(gpus, list):
         raise HardwareProfileError(f"{source}: 'gpus' must be a list")
     kwargs["gpus"] = tuple(_gpu(g, f"{source}: gpus[{i}]") for i, g in enumerate(gpus))
-    if "llama_gpu_offload" in kwargs and kwargs["llama_gpu_offload"] not in (True, False, None):
-        raise HardwareProfileError(f"{source}: 'llama_gpu_offload' must be true, false or null")
+    for flag in ("llama_gpu_offload", "llama_rpc"):
+        if flag in kwargs and kwargs[flag] not in (True, False, None):
+            raise HardwareProfileError(f"{source}: {flag!r} must be true, false or null")
     # Stated defaults: physical cores = logical cores (or 1); available RAM = 85% of total.
     kwargs.setdefault("cpu_logical_cores", kwargs.get("cpu_physical_cores", 1))
     kwargs.setdefault("cpu_physical_cores", kwargs["cpu_logical_cores"])

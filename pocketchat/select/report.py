@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import textwrap
 
-from pocketchat.errors import NothingFits
+from pocketchat.errors import RPC_REINSTALL, NothingFits
 from pocketchat.select.estimate import DEFAULT_CPU_GBPS, fmt_gb
 from pocketchat.select.fit import DEFAULT_CTX
 from pocketchat.types import Candidate, HardwareProfile, Recommendation
@@ -134,6 +134,9 @@ def format_profile(hw: HardwareProfile) -> str:
                      + ("" if g.unified_memory else f", {fmt_gb(g.vram_free_bytes)} free"))
     offload = {True: "yes", False: "no (CPU-only build)", None: "not installed"}[hw.llama_gpu_offload]
     lines.append(f"Backends:  {', '.join(hw.backends) or 'none'}; llama.cpp GPU offload: {offload}")
+    if hw.llama_rpc is not None:
+        rpc = "yes" if hw.llama_rpc else f"no (to pool machines, rebuild: {RPC_REINSTALL})"
+        lines.append(f"RPC:       llama.cpp RPC backend (pool machines with --rpc): {rpc}")
     for note in hw.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines)

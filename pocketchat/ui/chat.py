@@ -16,7 +16,7 @@ from textual.timer import Timer
 
 from pocketchat import conversations
 from pocketchat.conversations import Conversation, save_problem
-from pocketchat.errors import EngineCrashed, PocketchatError
+from pocketchat.errors import EngineCrashed, HelperGone, PocketchatError
 from pocketchat.engines.types import ChatOptions, Engine, EngineInfo
 from pocketchat.ui.messages import EngineLost
 from pocketchat.ui.screens import ConversationsScreen, SystemPromptScreen
@@ -233,7 +233,8 @@ class Chat(Vertical):
         text, hint = describe_error(error)
         if isinstance(error, EngineCrashed):
             self.post_message(EngineLost())
-            self.notice(f"The engine stopped: {text}", RESTART_HINT)
+            self.notice(f"The engine stopped: {text}",
+                        error.hint if isinstance(error, HelperGone) else RESTART_HINT)
         else:
             self.notice(f"The answer failed: {text}", hint or RESTART_HINT)
 
