@@ -123,7 +123,7 @@ class LoadPlan:
         if self.rpc_servers:
             here = max(self.n_layers - sum(self.rpc_layers), 0)
             parts = [f"{n} on {ep}" for ep, n in zip(self.rpc_servers, self.rpc_layers)]
-            return f"pooled: {here} layers here (CPU, {self.n_threads} threads), " + ", ".join(parts)
+            return f"{here} layers here + " + " + ".join(parts) + f", {self.n_threads} threads"
         if self.placement == "gpu":
             return "GPU, all layers"
         if self.placement == "gpu+cpu-experts":

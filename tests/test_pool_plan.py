@@ -65,7 +65,7 @@ def test_two_16gb_machines_get_q4_with_the_split_stated():
     assert f"{here} layers here" in text and f"{there} on 10.0.0.16:50052" in text
     assert "Recommended: pool." in text and "--rpc 10.0.0.16:50052" in text
     assert "round trip 0.40 ms, throughput 110 MB/s" in text
-    assert f"pooled: {here} layers here" in p.plan.describe()
+    assert p.plan.describe() == f"{here} layers here + {there} on 10.0.0.16:50052, 8 threads"
 
 
 def test_a_32gb_machine_with_a_slow_link_is_told_pooling_does_not_pay():
