@@ -3,7 +3,6 @@ the other (real llama.cpp RPC backend; skipped when llama-cpp-python was built w
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import socket
@@ -66,8 +65,11 @@ def server():
     s.kill()
 
 
-def args_for(*extra: str) -> argparse.Namespace:
-    return cli._root_parser().parse_args(["--model", "starter", "--ctx", "1024", "--offline", *extra])
+def args_for(*extra: str):
+    from pocketchat.commands.selection import Selection
+
+    args = cli._root_parser().parse_args(["--model", "starter", "--ctx", "1024", "--offline", *extra])
+    return Selection.from_args(args)
 
 
 def pooled_choice(endpoint: str):

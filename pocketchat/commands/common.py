@@ -84,7 +84,9 @@ def choose_model(sel: Selection, *, confirm=None, progress=None) -> ModelChoice:
     if sel.rpc:  # pooled with helper machines: commands/pooling.py
         from pocketchat.commands.pooling import choose_pooled
 
-        return choose_pooled(sel, confirm=confirm, progress=progress)
+        name, path, plan, build = choose_pooled(sel, local=bool(sel.model and _is_local(sel.model)),
+                                                confirm=confirm, progress=progress)
+        return ModelChoice(name=name, path=path, plan=plan, build=build)
     spec = sel.model
     profile = sel.profile()
     if spec == STARTER:

@@ -10,10 +10,12 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from pocketchat.commands.common import ModelChoice, _is_local, model_size
 from pocketchat.commands.selection import STARTER, Selection
 from pocketchat.errors import EngineError, ModelNotFound, ModelTooLarge, NothingFits
-from pocketchat.types import Helper, HardwareProfile, LoadPlan
+from pocketchat.types import Build, Helper, HardwareProfile, LoadPlan
+
+# (name, path, plan, build): what commands/common.py wraps into its ModelChoice
+Pooled = tuple[str, Path, LoadPlan, "Build | None"]
 
 
 def helpers_for(sel: Selection) -> tuple[Helper, ...]:
@@ -37,8 +39,9 @@ def advice(sel: Selection, profile: HardwareProfile, helpers: tuple[Helper, ...]
                        backend=sel.backend, threads=sel.threads, downloaded=downloaded)
 
 
-def choose_pooled(sel: Selection, *, confirm=None, progress=None) -> ModelChoice:
-    """Like `common.choose_model`, with the helpers' memory added and the layers split."""
+def choose_pooled(sel: Selection, *, local: bool, confirm=None, progress=None) -> Pooled:
+    """Like `common.choose_model` (`local`: --model names a file here), with the helpers'
+    memory added and the layers split."""
     from pocketchat.select import catalog, pool
 
     helpers = helpers_for(sel)
@@ -48,7 +51,7 @@ def choose_pooled(sel: Selection, *, confirm=None, progress=None) -> ModelChoice
         from pocketchat.store.starter import STARTER_NAME, starter_path
 
         return _file_choice(sel, profile, helpers, starter_path(), f"{STARTER_NAME} (starter)")
-    if spec and _is_local(spec):
+    if spec and local:
         path = Path(spec).expanduser().resolve()
         if not path.exists() or path.is_dir():
             raise ModelNotFound(f"no GGUF file at {path}",
@@ -79,11 +82,11 @@ def choose_pooled(sel: Selection, *, confirm=None, progress=None) -> ModelChoice
                               hint="Use --model starter to chat with the small embedded model.")
         build = cand.build
     path = store.ensure(build, offline=offline, confirm=confirm, progress=progress)
-    return ModelChoice(name=build.id, path=path, plan=cand.plan, build=build)
+    return build.id, path, cand.plan, build
 
 
 def _file_choice(sel: Selection, profile: HardwareProfile, helpers: tuple[Helper, ...],
-                 path: Path, name: str) -> ModelChoice:
+                 path: Path, name: str) -> Pooled:
     """A GGUF file split in proportion to each machine's memory (the pool's budget plans the context)."""
     from pocketchat.modelfile.gguf import check_gguf
     from pocketchat.select import fit, pool
@@ -96,20 +99,20 @@ def _file_choice(sel: Selection, profile: HardwareProfile, helpers: tuple[Helper
     extra = sum(pool.budget(h) for h in helpers)
     pooled = replace(profile, ram_available_bytes=profile.ram_available_bytes + extra)
     starter = name.endswith("(starter)")
-    plan = fit.plan_for_file(pooled, model_size(path), n_ctx=sel.ctx, name=name,
+    plan = fit.plan_for_file(pooled, path.stat().st_size, n_ctx=sel.ctx, name=name,
                              max_ctx=info.context_length, threads=sel.threads,
                              sampling=STARTER_SAMPLING if starter else None)
-    plan, _ = pool.plan_file_pooled(plan, model_size(path), profile, helpers, n_layers=info.block_count)
-    return ModelChoice(name=name, path=path, plan=plan)
+    plan, _ = pool.plan_file_pooled(plan, path.stat().st_size, profile, helpers, n_layers=info.block_count)
+    return name, path, plan, None
 
 
-def alone_plan(sel: Selection, choice: ModelChoice) -> LoadPlan:
+def alone_plan(sel: Selection, choice) -> LoadPlan:
     """The same model on this machine alone (after a helper went away); EngineError if it does not fit."""
     from pocketchat.select import fit
 
     plan = choice.plan
     try:
-        alone = fit.plan_for_file(sel.profile(), model_size(choice.path), n_ctx=plan.n_ctx,
+        alone = fit.plan_for_file(sel.profile(), choice.path.stat().st_size, n_ctx=plan.n_ctx,
                                   threads=sel.threads, name=choice.name, sampling=plan.sampling)
     except ModelTooLarge as exc:
         raise EngineError(
