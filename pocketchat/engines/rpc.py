@@ -327,6 +327,10 @@ def reachable(endpoint: str, timeout: float = 1.5) -> str | None:
 def rpc_devices(endpoints: Sequence[str]) -> list[int]:
     """The ggml devices of every helper (each checked first: llama.cpp aborts on a dead one)."""
     lib = ggml()
+    # ggml-rpc aborts the process when a helper goes away; by default ggml's abort first attaches
+    # gdb for a backtrace, which takes seconds (measured ~6 s here). The parent explains the
+    # abort instead, at once.
+    os.environ.setdefault("GGML_NO_BACKTRACE", "1")
     add_server = lib.rpc_proc("ggml_backend_rpc_add_server", ctypes.c_void_p, ctypes.c_char_p)
     devices: list[int] = []
     for ep in endpoints:
