@@ -123,7 +123,7 @@ class LoadPlan:
         if self.rpc_servers:
             here = max(self.n_layers - sum(self.rpc_layers), 0)
             parts = [f"{n} on {ep}" for ep, n in zip(self.rpc_servers, self.rpc_layers)]
-            return f"{here} layers here + " + " + ".join(parts) + f", {self.n_threads} threads"
+            return f"{here} layers here + " + " + ".join(parts) + f", {_threads(self.n_threads)}"
         if self.placement == "gpu":
             return "GPU, all layers"
         if self.placement == "gpu+cpu-experts":
