@@ -40,6 +40,10 @@ class Settings:
         return self.data_dir / "conversations"
 
     @property
+    def screenshots_dir(self) -> Path:
+        return self.data_dir / "screenshots"
+
+    @property
     def bandwidth_cache(self) -> Path:
         return self.cache_dir / "bandwidth.json"
 

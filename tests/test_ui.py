@@ -252,7 +252,7 @@ def test_download_screen_shows_bytes_percent_speed_and_eta_then_loads():
             await ready(pilot)
         text = seen["text"]
         assert "Downloading POCKET-Q4" in text
-        assert re.search(r"\d+ MB of 2\.0 GB · \d+% · [\d.]+ MB/s · .+ left", text), text
+        assert re.search(r"[\d.]+ GB of 2\.0 GB · \d+% · [\d.]+ MB/s · .+ left", text), text
 
     run(scenario())
 

@@ -86,6 +86,7 @@ class EngineInfo:
     n_ctx: int
     path: str = ""
     notes: tuple[str, ...] = ()  # things the user should know (e.g. a built-in chat template is used)
+    thinking: bool | None = None  # whether the model thinks (<think>); None: not known
 
 
 @runtime_checkable

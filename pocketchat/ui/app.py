@@ -11,12 +11,13 @@ import signal
 from typing import Callable
 
 from textual import work
-from textual.app import App, ComposeResult
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer
 
 from pocketchat.conversations import Conversation
+from pocketchat.paths import settings
 from pocketchat.engines.types import ChatOptions, Engine, EngineInfo
 from pocketchat.ui.chat import Chat, describe_error
 from pocketchat.ui.messages import (
@@ -217,12 +218,42 @@ class ChatApp(App[int]):
         text = self.about() if callable(self.about) else self.about
         self.push_screen(InfoScreen(about_markdown(self.info, text)))
 
-    def action_restart(self) -> None:
-        if self.stream is not None:
-            self.notify("Stop the answer first (Esc).", severity="warning")
+    def get_system_commands(self, screen: Screen):
+        """Textual's commands, with a screenshot that lands in a folder that exists."""
+        for command in super().get_system_commands(screen):
+            if command.title == "Screenshot":
+                folder = settings().screenshots_dir
+                yield SystemCommand("Screenshot", f"Save an SVG picture of the screen in {folder}",
+                                    lambda: self.set_timer(0.1, self.save_screen_picture))
+            else:
+                yield command
+
+    def save_screen_picture(self) -> None:
+        """Save an SVG screenshot under the data folder and say where (or why not)."""
+        folder = settings().screenshots_dir
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            path = self.save_screenshot(path=str(folder))
+        except OSError as exc:
+            self.notify(f"Could not save the screenshot in {folder}: {exc.strerror or exc}", severity="error")
             return
+        self.notify(f"Screenshot saved: {path}")
+
+    async def action_restart(self) -> None:
         if self._starting:
+            self.notify("The engine is already starting.")
             return
+        stream = self.stream
+        if stream is not None:  # stop the answer (kept, marked interrupted), then restart
+            self.notify("Stopping the answer (it is kept), then restarting the engine.")
+            self.chat.shutdown()
+            await asyncio.to_thread(stream.wait, 10.0)
+            for _ in range(100):  # the chat shows the stopped answer before the engine goes
+                if self.stream is None:
+                    break
+                await asyncio.sleep(0.05)
+            if self._starting:
+                return
         if self.engine is not None:
             self._engine_gone()
         self._open_engine("Restarting the engine")

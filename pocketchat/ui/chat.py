@@ -37,6 +37,17 @@ from pocketchat.ui.widgets import (
 RESTART_HINT = "Ctrl+R restarts the engine (this conversation is kept); Ctrl+N starts a new chat."
 
 
+def saved_context(conversation: Conversation) -> int:
+    """Tokens of context the conversation filled at its last answer (0 when none is known)."""
+    for message in reversed(conversation.messages):
+        if message.role == "assistant" and message.stats:
+            try:
+                return max(int(message.stats.get("context_used") or 0), 0)
+            except (TypeError, ValueError):
+                return 0
+    return 0
+
+
 def describe_error(error: BaseException) -> tuple[str, str]:
     """One line for the user and a hint; never a traceback."""
     if isinstance(error, PocketchatError):
@@ -111,6 +122,8 @@ class Chat(Vertical):
             for view, message in zip(log.query(AnswerView).results(AnswerView), answers):
                 view.set_figures(figures_line(message.stats), message.interrupted)
         log.scroll_end(animate=False)
+        bar = self.query_one(StatusBar)  # the context the saved chat filled, not 0
+        bar.figures = dataclasses.replace(bar.figures, context_used=saved_context(conversation))
 
     def notice(self, text: str, hint: str = "", kind: str = "error") -> Notice:
         widget = Notice(text, hint, kind)
@@ -263,8 +276,8 @@ class Chat(Vertical):
             self._stop_pump()
             self.stream, self._answer = None, None
         self.conversation = conversation
-        await self.show_conversation(conversation)
         self.query_one(StatusBar).figures = StatusFigures()
+        await self.show_conversation(conversation)
         self.idle_status()
         self.query_one(PromptInput).focus()
 

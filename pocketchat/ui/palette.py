@@ -21,8 +21,9 @@ class ChatCommands(Provider):
             chat = chats.first(Chat)
             yield "New chat", "Start a new conversation (Ctrl+N)", chat.new_chat
             yield "System prompt", "Set the system prompt of this chat", chat.edit_system_prompt
-            state = "off" if chat.thinking else "on"
-            yield f"Thinking {state}", f"Turn the model's thinking {state}", chat.toggle_thinking
+            if getattr(chat.info, "thinking", None) is not False:  # only for a model that thinks
+                state = "off" if chat.thinking else "on"
+                yield f"Thinking {state}", f"Turn the model's thinking {state}", chat.toggle_thinking
             yield "Copy last answer", "Copy the last answer to the clipboard", chat.copy_answer
         yield ("Hardware and recommendation", "What runs, on what, and why",
                lambda: app.run_action("about"))

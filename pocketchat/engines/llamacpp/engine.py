@@ -100,6 +100,7 @@ class LlamaCppEngine:
             n_ctx=llm.n_ctx(),
             path=str(path),
             notes=(template_note,) if template_note else (),
+            thinking=self.template.knows_thinking_switch or self.template.mentions_think,
         )
         if on_progress:
             on_progress("ready", 1.0)

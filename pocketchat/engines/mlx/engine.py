@@ -123,6 +123,7 @@ class MlxEngine:
             placement="Metal GPU" if metal else ("GPU" if self.device == mx.gpu else "CPU"),
             n_ctx=self.n_ctx,
             path=str(path),
+            thinking=self._knows_switch or self._mentions_think,
         )
         if on_progress:
             on_progress("ready", 1.0)
