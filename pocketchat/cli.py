@@ -19,6 +19,7 @@ SUBCOMMANDS: dict[str, str] = {
     "bench": "bench",
     "history": "history",
     "rpc-server": "rpc_server",
+    "serve": "serve",
 }
 
 

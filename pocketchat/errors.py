@@ -184,3 +184,18 @@ class HelperGone(EngineCrashed):
                  hint: str | None = None) -> None:
         super().__init__(message, exitcode=exitcode, hint=hint)
         self.endpoint = endpoint
+
+
+class ApiError(PocketchatError, ValueError):
+    """A request the OpenAI-compatible server refuses, with its HTTP status and OpenAI's
+    error `type` and `code` (`{"error": {"message", "type", "param", "code"}}` on the wire)."""
+
+    def __init__(self, message: str, *, status: int = 400, type: str = "invalid_request_error",
+                 code: str | None = None, param: str | None = None,
+                 headers: dict[str, str] | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.status = status
+        self.type = type
+        self.code = code
+        self.param = param
+        self.headers = dict(headers or {})

@@ -5,6 +5,7 @@ Variables:
   POCKETCHAT_CACHE_DIR   probe caches such as the bandwidth figure (default: user cache dir)
   POCKETCHAT_DEBUG       1 = show tracebacks
   POCKETCHAT_OFFLINE     1 = never touch the network (same as --offline; HF_HUB_OFFLINE too)
+  POCKETCHAT_API_KEY     the key `pocketchat serve` requires (same as --api-key)
   HF_ENDPOINT, HF_TOKEN, HF_HOME, HF_HUB_CACHE: as huggingface-hub reads them; read here too
   and passed to it explicitly, so a change after import (tests) is honoured.
 """
@@ -34,6 +35,7 @@ class Settings:
     hf_token: str | None
     debug: bool
     offline: bool
+    api_key: str | None = None
 
     @property
     def conversations_dir(self) -> Path:
@@ -74,6 +76,7 @@ def settings() -> Settings:
         hf_token=os.environ.get("HF_TOKEN") or None,
         debug=_flag("POCKETCHAT_DEBUG"),
         offline=_flag("POCKETCHAT_OFFLINE") or _flag("HF_HUB_OFFLINE"),
+        api_key=os.environ.get("POCKETCHAT_API_KEY") or None,
     )
 
 

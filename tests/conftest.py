@@ -30,6 +30,7 @@ def isolated_env(tmp_path_factory, monkeypatch):
     monkeypatch.delenv("POCKETCHAT_DEBUG", raising=False)
     monkeypatch.delenv("POCKETCHAT_OFFLINE", raising=False)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("POCKETCHAT_API_KEY", raising=False)
     paths.reset()
     yield root
     paths.reset()

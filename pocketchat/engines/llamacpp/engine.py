@@ -164,7 +164,7 @@ class LlamaCppEngine:
             prompt = self.template.render(fitted.messages, thinking=opts.thinking)
             tokens = self._tokenize(prompt.text)
         except PocketchatError as exc:
-            yield Chunk(stats=Stats(context_limit=n_ctx), finish_reason="error", error=exc.message)
+            yield Chunk.failed(exc, Stats(context_limit=n_ctx))
             return
         dropped = fitted.dropped
         sampling = self.plan.sampling

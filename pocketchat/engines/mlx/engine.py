@@ -263,7 +263,7 @@ class MlxEngine:
         try:
             tokens, in_thinking, dropped, stable = self._prompt(messages, opts)
         except PocketchatError as exc:
-            yield Chunk(stats=Stats(context_limit=n_ctx), finish_reason="error", error=exc.message)
+            yield Chunk.failed(exc, Stats(context_limit=n_ctx))
             return
         cache = self._cache
         max_new = n_ctx - len(tokens)

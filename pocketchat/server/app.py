@@ -1,0 +1,296 @@
+"""The OpenAI-compatible HTTP API over one engine, as a Starlette (ASGI) application.
+
+    POST /v1/chat/completions   streaming (SSE) or not; see protocol.py for the fields
+    GET  /v1/models             the one model this server runs
+    GET  /health                {"status": "loading" | "ready" | "error", ...} (no key needed)
+
+The chat endpoint is a plain ASGI callable so that it can watch the connection while it
+waits and while it answers: a client that goes away (http.disconnect) cancels the request at
+once, whether it is still queued or already generating. An answer's status is decided on the
+engine's first chunk, before any header is sent, so an error found while reading the prompt
+(context overflow, an engine crash) is a proper HTTP status even for a streaming request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from typing import Any, AsyncIterator, Callable, Sequence
+
+import anyio
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from pocketchat.engines.types import Chunk
+from pocketchat.errors import ApiError, ContextOverflow, EngineCrashed
+from pocketchat.server.guard import Guard, send_error, send_json
+from pocketchat.server.host import Answer, EngineHost
+from pocketchat.server.protocol import ChatRequest, error_body, parse_chat_request, timings, usage
+from pocketchat.server.reply import Reply
+
+MAX_BODY_BYTES = 4 * 1024 * 1024
+SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
+               (b"x-accel-buffering", b"no")]
+
+
+class ClientGone(Exception):
+    """The client closed the connection before its request was read."""
+
+
+class Responder:
+    """Sends one response: a JSON body, or server-sent events; errors in OpenAI's shape."""
+
+    def __init__(self, send: Callable) -> None:
+        self._send = send
+        self.started = False
+        self.ended = False
+
+    async def json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        self.started = self.ended = True
+        await send_json(self._send, status, body, headers)
+
+    async def start_events(self) -> None:
+        self.started = True
+        await self._send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+
+    async def event(self, data: Any) -> None:
+        text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False,
+                                                                separators=(",", ":"))
+        await self._send({"type": "http.response.body", "body": f"data: {text}\n\n".encode(),
+                          "more_body": True})
+
+    async def end(self) -> None:
+        if self.started and not self.ended:
+            self.ended = True
+            await self._send({"type": "http.response.body", "body": b""})
+
+    async def fail(self, exc: ApiError) -> None:
+        if not self.started:
+            await self.json(exc.status, error_body(exc), exc.headers)
+        elif not self.ended:
+            await self.event(error_body(exc))
+            await self.end()
+
+
+async def read_body(scope: dict, receive: Callable, limit: int) -> bytes:
+    """The request body, or 413 when it is (or announces itself) larger than `limit` bytes."""
+    too_big = ApiError(f"the request body is larger than the limit of {limit // 1024} KiB",
+                       status=413, code="request_too_large")
+    for key, value in scope["headers"]:
+        if key == b"content-length" and value.isdigit() and int(value) > limit:
+            raise too_big
+    parts, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        body = message.get("body", b"")
+        size += len(body)
+        if size > limit:
+            raise too_big
+        parts.append(body)
+        if not message.get("more_body"):
+            return b"".join(parts)
+
+
+def chunk_error(chunk: Chunk) -> ApiError:
+    """The HTTP error for an answer that ended with finish_reason 'error'."""
+    failure = chunk.failure
+    if isinstance(failure, ContextOverflow):
+        return ApiError(
+            f"the conversation needs {failure.prompt_tokens} prompt tokens but the model's context "
+            f"has room for {failure.limit} (of {chunk.stats.context_limit}; the rest is kept for "
+            "the answer)", status=400, code="context_length_exceeded", param="messages",
+            hint="Shorten the conversation or lower max_tokens, or restart the server with a larger --ctx.")
+    return ApiError(f"the model failed: {chunk.error or 'unknown error'}", status=500,
+                    type="server_error", code="engine_error")
+
+
+def crash_error(exc: EngineCrashed) -> ApiError:
+    return ApiError(f"{exc.message}; the model is being restarted for the next request",
+                    status=500, type="server_error", code="engine_crashed")
+
+
+def refuse_dropped(first: Chunk) -> None:
+    """A conversation the engine had to shorten is refused: the client must not think the
+    model saw what it did not."""
+    dropped = first.stats.dropped_messages
+    if dropped:
+        raise ApiError(
+            f"the conversation does not fit the model's context of {first.stats.context_limit} tokens "
+            f"with room for the answer: its {dropped} oldest messages would have to be left out",
+            status=400, code="context_length_exceeded", param="messages",
+            hint="Shorten the conversation or lower max_tokens, or restart the server with a larger --ctx.")
+
+
+class ChatCompletions:
+    """POST /v1/chat/completions (an ASGI app: it watches the connection while it answers)."""
+
+    def __init__(self, host: EngineHost, model_id: str, aliases: Sequence[str] = (),
+                 max_body: int = MAX_BODY_BYTES) -> None:
+        self.host = host
+        self.model_id = model_id
+        self.names = {model_id, *aliases}
+        self.max_body = max_body
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        out = Responder(send)
+        try:
+            request = parse_chat_request(await read_body(scope, receive, self.max_body))
+            if request.model is not None and request.model not in self.names:
+                raise ApiError(f"the model {request.model!r} does not exist: this server runs "
+                               f"{self.model_id!r}", status=404, code="model_not_found", param="model")
+        except ApiError as exc:
+            return await out.fail(exc)
+        except ClientGone:
+            return
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_cancel_on_disconnect, receive, tg.cancel_scope)
+            try:
+                await self._answer(request, out)
+            except ApiError as exc:
+                await out.fail(exc)
+            except EngineCrashed as exc:
+                await out.fail(crash_error(exc))
+            finally:
+                tg.cancel_scope.cancel()
+
+    async def _answer(self, request: ChatRequest, out: Responder) -> None:
+        async with self.host.generate(request.messages, request.options) as answer:
+            chunks = aiter(answer)
+            first = await anext(chunks)
+            if first.finish_reason == "error":
+                raise chunk_error(first)
+            refuse_dropped(first)
+            meta = {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "created": int(time.time()),
+                    "model": self.model_id}
+            if request.stream:
+                await self._stream(request, meta, first, chunks, answer, out)
+            else:
+                await self._whole(request, meta, first, chunks, answer, out)
+
+    async def _whole(self, request: ChatRequest, meta: dict, first: Chunk,
+                     chunks: AsyncIterator[Chunk], answer: Answer, out: Responder) -> None:
+        reply, last = Reply(request.stop), first
+        reply.feed(first)
+        async for last in _rest(first, chunks):
+            reply.feed(last)
+            if reply.stopped:
+                answer.cancel()
+        if reply.finish_reason == "error":
+            raise chunk_error(last)
+        message: dict[str, Any] = {"role": "assistant", "content": reply.text}
+        if reply.thinking:
+            message["reasoning_content"] = reply.thinking
+        await out.json(200, {
+            **meta, "object": "chat.completion", "system_fingerprint": None,
+            "choices": [{"index": 0, "message": message, "logprobs": None,
+                         "finish_reason": reply.finish_reason}],
+            "usage": usage(reply.stats), "timings": timings(reply.stats),
+        })
+
+    async def _stream(self, request: ChatRequest, meta: dict, first: Chunk,
+                      chunks: AsyncIterator[Chunk], answer: Answer, out: Responder) -> None:
+        base = {**meta, "object": "chat.completion.chunk", "system_fingerprint": None}
+
+        def event(delta: dict, finish: str | None = None, **extra: Any) -> dict:
+            return {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                                         "finish_reason": finish}], **extra}
+
+        reply, last = Reply(request.stop), first
+        await out.start_events()
+        await out.event(event({"role": "assistant", "content": ""}))
+        async for last in _with_first(first, chunks):
+            d = reply.feed(last)
+            delta = {k: v for k, v in (("reasoning_content", d.reasoning), ("content", d.content)) if v}
+            if delta:
+                await out.event(event(delta))
+            if reply.stopped:
+                answer.cancel()
+        if reply.finish_reason == "error":
+            raise chunk_error(last)
+        await out.event(event({}, reply.finish_reason, timings=timings(reply.stats)))
+        if request.include_usage:
+            await out.event({**base, "choices": [], "usage": usage(reply.stats)})
+        await out.event("[DONE]")
+        await out.end()
+
+
+async def _rest(first: Chunk, chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
+    """The chunks after `first` (none when `first` ended the answer)."""
+    if first.finish_reason is None:
+        async for chunk in chunks:
+            yield chunk
+
+
+async def _with_first(first: Chunk, chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
+    yield first
+    async for chunk in _rest(first, chunks):
+        yield chunk
+
+
+async def _cancel_on_disconnect(receive: Callable, scope: anyio.CancelScope) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    scope.cancel()
+
+
+def create_app(host: EngineHost, *, model_id: str, aliases: Sequence[str] = (),
+               api_key: str | None = None, loopback_only: bool = True,
+               model_info: dict[str, Any] | None = None, max_body: int = MAX_BODY_BYTES) -> Guard:
+    """The server's ASGI application (run it with uvicorn)."""
+    created = int(time.time())
+    card = {"id": model_id, "object": "model", "created": created, "owned_by": "pocketchat",
+            **(model_info or {})}
+
+    async def health(_: Request) -> JSONResponse:
+        body = {**host.health(), "model": model_id}
+        return JSONResponse(body, status_code=200 if host.state == "ready" else 503)
+
+    async def models(_: Request) -> JSONResponse:
+        return JSONResponse({"object": "list", "data": [card]})
+
+    async def model(request: Request) -> JSONResponse:
+        name = request.path_params["name"]
+        if name != model_id and name not in aliases:
+            exc = ApiError(f"the model {name!r} does not exist: this server runs {model_id!r}",
+                           status=404, code="model_not_found", param="model")
+            return JSONResponse(error_body(exc), status_code=404)
+        return JSONResponse(card)
+
+    async def http_error(request: Request, exc: Exception) -> JSONResponse:
+        status = getattr(exc, "status_code", 500)
+        kind = "server_error" if status >= 500 else "invalid_request_error"
+        text = getattr(exc, "detail", None) or "internal server error"
+        if status in (404, 405):
+            text = (f"{text}: {request.method} {request.url.path}. This server answers POST "
+                    "/v1/chat/completions, GET /v1/models and GET /health.")
+        body = {"error": {"message": str(text), "type": kind, "param": None, "code": None}}
+        return JSONResponse(body, status_code=status, headers=getattr(exc, "headers", None))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        await host.start()
+        try:
+            yield
+        finally:
+            await host.stop()
+
+    chat = ChatCompletions(host, model_id, aliases, max_body)
+    routes = [
+        Route("/health", health, methods=["GET"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/models/{name:path}", model, methods=["GET"]),
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={HTTPException: http_error, Exception: http_error})
+    return Guard(app, api_key=api_key, loopback_only=loopback_only)
+
+
+__all__ = ["create_app", "ChatCompletions", "MAX_BODY_BYTES", "send_error"]

@@ -1,0 +1,91 @@
+"""Who may talk to the server: the API key and, on loopback, the Host header.
+
+- API key: required on every path but /health when one is set (`Authorization: Bearer KEY`),
+  compared in constant time (both sides hashed first, so not even the length leaks).
+- Loopback without a key: only requests addressed to localhost / 127.0.0.1 / [::1] are
+  served. A web page cannot read the answers anyway (no CORS headers are ever sent), and this
+  also stops DNS rebinding (evil.example resolving to 127.0.0.1) from reaching the model.
+- POST bodies must be `application/json`: a browser cannot send that cross-origin without a
+  preflight, which this server never grants.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from typing import Any, Callable
+
+from pocketchat.errors import ApiError
+
+LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1", "[::1]"}
+OPEN_PATHS = {"/health"}
+
+
+def host_name(host_header: str) -> str:
+    """'localhost:8080' -> 'localhost', '[::1]:8080' -> '::1'."""
+    host = host_header.strip().lower()
+    if host.startswith("["):
+        return host[1:].split("]", 1)[0]
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def _digest(value: str) -> bytes:
+    return hashlib.sha256(value.encode("utf-8", "surrogatepass")).digest()
+
+
+def key_matches(given: str, expected: str) -> bool:
+    return hmac.compare_digest(_digest(given), _digest(expected))
+
+
+class Guard:
+    """ASGI middleware: API key, Host check, JSON content type; refusals in OpenAI's shape."""
+
+    def __init__(self, app: Callable, *, api_key: str | None, loopback_only: bool) -> None:
+        self.app = app
+        self.api_key = api_key
+        self.loopback_only = loopback_only
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        refusal = self.check(scope, headers)
+        if refusal is not None:
+            return await send_error(send, refusal)
+        return await self.app(scope, receive, send)
+
+    def check(self, scope: dict, headers: dict[str, str]) -> ApiError | None:
+        if self.loopback_only and host_name(headers.get("host", "")) not in LOOPBACK_NAMES:
+            return ApiError("this server answers only requests addressed to localhost or 127.0.0.1",
+                            status=403, type="permission_error", code="host_not_allowed")
+        if self.api_key and scope["path"] not in OPEN_PATHS:
+            auth = headers.get("authorization", "")
+            token = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+            if not key_matches(token, self.api_key):
+                return ApiError("missing or wrong API key", status=401, type="authentication_error",
+                                code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"},
+                                hint="Send it as the header `Authorization: Bearer KEY` "
+                                     "(the --api-key the server was started with).")
+        if scope["method"] == "POST":
+            ctype = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+            if ctype != "application/json":
+                return ApiError(f"the request body must be JSON (Content-Type: application/json), "
+                                f"got {ctype or 'no content type'}", status=415,
+                                code="unsupported_media_type")
+        return None
+
+
+async def send_json(send: Callable, status: int, body: Any,
+                    headers: dict[str, str] | None = None) -> None:
+    data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    raw += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": data})
+
+
+async def send_error(send: Callable, exc: ApiError) -> None:
+    from pocketchat.server.protocol import error_body
+
+    await send_json(send, exc.status, error_body(exc), exc.headers)

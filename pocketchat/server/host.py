@@ -1,0 +1,205 @@
+"""The one engine behind the server: loaded in the background, one answer at a time.
+
+`EngineHost` owns the engine (a `worker.WorkerEngine` in practice: the model runs in its own
+process, so the server's event loop never competes with it for the GIL) and a single engine
+thread that opens it and iterates its answers. Requests take turns through a FIFO lock; at
+most `queue_size` wait behind the one that runs, the next gets `ApiError` 429 with a
+Retry-After estimated from recent answers. `generate()` is an async context manager: whoever
+leaves it early (a client that went away) cancels the answer in the engine at once, and the
+turn passes on only when the engine has really stopped. An engine that crashed is closed and
+opened again before the next answer; /health says "loading" meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from typing import AsyncIterator, Callable, Literal
+
+import anyio
+
+from pocketchat.engines.types import ChatOptions, Chunk, Engine, Message
+from pocketchat.errors import ApiError, EngineCrashed, PocketchatError
+
+State = Literal["loading", "ready", "error"]
+
+
+class Answer:
+    """One answer streaming from the engine thread into the event loop."""
+
+    def __init__(self, engine: Engine, messages: tuple[Message, ...], options: ChatOptions,
+                 executor: ThreadPoolExecutor) -> None:
+        self._engine = engine
+        self._loop = asyncio.get_running_loop()
+        self._items: asyncio.Queue = asyncio.Queue()
+        self.finished = False
+        self.crashed = False
+        self._done = self._loop.run_in_executor(executor, self._pump, messages, options)
+
+    def _pump(self, messages: tuple[Message, ...], options: ChatOptions) -> None:
+        put = self._loop.call_soon_threadsafe
+        try:
+            for chunk in self._engine.chat(messages, options):
+                put(self._items.put_nowait, chunk)
+        except BaseException as exc:  # noqa: BLE001 - handed to the reader, which re-raises
+            put(self._items.put_nowait, exc)
+        put(self._items.put_nowait, None)
+
+    async def __aiter__(self) -> AsyncIterator[Chunk]:
+        while (item := await self._items.get()) is not None:
+            if isinstance(item, BaseException):
+                self.finished = True
+                self.crashed = isinstance(item, EngineCrashed)
+                raise item
+            if item.finish_reason is not None:
+                self.finished = True
+            yield item
+
+    def cancel(self) -> None:
+        """Ask the engine to stop this answer (it ends with finish_reason 'cancelled')."""
+        if not self.finished:
+            self._engine.cancel()
+
+    async def wait_stopped(self) -> None:
+        await asyncio.shield(self._done)
+
+
+class EngineHost:
+    """The engine, its loading state and the queue of requests waiting for it."""
+
+    def __init__(self, opener: Callable[[], Engine], *, queue_size: int = 8,
+                 on_state: Callable[["EngineHost"], None] | None = None) -> None:
+        self._opener = opener
+        self._on_state = on_state
+        self.queue_size = queue_size
+        self.state: State = "loading"
+        self.error: PocketchatError | None = None
+        self.engine: Engine | None = None
+        self.waiting = 0
+        self.busy = False
+        self.restarts = 0
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pocketchat-engine")
+        self._turn: asyncio.Lock | None = None
+        self._durations: deque[float] = deque(maxlen=16)
+        self._crashed: Engine | None = None
+
+    # -- life -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Begin loading the model in the background (call inside the server's event loop)."""
+        self._turn = asyncio.Lock()
+        asyncio.get_running_loop().create_task(self._load_now())
+
+    async def _load_now(self) -> None:
+        assert self._turn is not None
+        async with self._turn:
+            try:
+                await self._ensure()
+            except ApiError:
+                pass  # state and error say what happened
+
+    async def stop(self) -> None:
+        engine, self.engine = self.engine, None
+        if engine is not None:
+            await asyncio.get_running_loop().run_in_executor(self._executor, engine.close)
+        self._executor.shutdown(wait=False)
+
+    def _open(self) -> Engine:
+        if self._crashed is not None:
+            crashed, self._crashed = self._crashed, None
+            crashed.close()
+        return self._opener()
+
+    async def _ensure(self) -> Engine:
+        """The loaded engine; loads it (the turn held) when there is none."""
+        if self.engine is not None:
+            return self.engine
+        if self.state == "error" and self.error is not None:
+            raise load_failed(self.error)
+        self.state = "loading"
+        try:
+            self.engine = await asyncio.get_running_loop().run_in_executor(self._executor, self._open)
+        except Exception as exc:  # noqa: BLE001 - reported on /health and to every request
+            if not isinstance(exc, PocketchatError):
+                exc = PocketchatError(f"{type(exc).__name__}: {exc}")
+            self._set("error", exc)
+            raise load_failed(exc) from None
+        self._set("ready", None)
+        return self.engine
+
+    def _set(self, state: State, error: PocketchatError | None) -> None:
+        self.state, self.error = state, error
+        if self._on_state is not None:
+            self._on_state(self)
+
+    def _engine_crashed(self) -> None:
+        """Forget the dead engine; the next turn (or the reload queued here) opens a new one."""
+        self._crashed, self.engine = self.engine, None
+        self.state = "loading"
+        self.restarts += 1
+        asyncio.get_running_loop().create_task(self._load_now())
+
+    # -- requests -------------------------------------------------------------------------
+
+    def retry_after(self) -> int:
+        """Seconds until a place in the queue is likely free: the recent mean answer time."""
+        per = sum(self._durations) / len(self._durations) if self._durations else 1.0
+        return max(1, min(600, math.ceil(per)))
+
+    def _admit(self) -> None:
+        if self._turn is None:
+            raise ApiError("the server is not started", status=503, type="server_error")
+        if self.state == "error" and self.error is not None:
+            raise load_failed(self.error)
+        if self.waiting >= self.queue_size:
+            raise ApiError(
+                f"the server is busy: {self.waiting} requests are waiting for the model",
+                status=429, type="rate_limit_error", code="queue_full",
+                headers={"Retry-After": str(self.retry_after())},
+                hint="Try again after the time in the Retry-After header.",
+            )
+
+    @asynccontextmanager
+    async def generate(self, messages: tuple[Message, ...], options: ChatOptions
+                       ) -> AsyncIterator[Answer]:
+        """Wait for the turn (bounded queue), then stream one answer from the engine."""
+        self._admit()
+        assert self._turn is not None
+        self.waiting += 1
+        try:
+            await self._turn.acquire()
+        finally:
+            self.waiting -= 1
+        started = time.monotonic()
+        answer: Answer | None = None
+        try:
+            engine = await self._ensure()
+            self.busy = True
+            answer = Answer(engine, messages, options, self._executor)
+            yield answer
+        finally:
+            if answer is not None:
+                answer.cancel()
+                with anyio.CancelScope(shield=True):
+                    await answer.wait_stopped()
+                self._durations.append(time.monotonic() - started)
+                if answer.crashed:
+                    self._engine_crashed()
+            self.busy = False
+            self._turn.release()
+
+    def health(self) -> dict:
+        body: dict = {"status": self.state, "busy": self.busy, "queued": self.waiting,
+                      "queue_size": self.queue_size, "restarts": self.restarts}
+        if self.error is not None:
+            body["error"] = self.error.message
+        return body
+
+
+def load_failed(exc: PocketchatError) -> ApiError:
+    return ApiError(f"the model could not be loaded: {exc.message}", status=503, type="server_error",
+                    code="model_load_failed", hint=exc.hint or None)

@@ -1,0 +1,90 @@
+"""One answer as the client sees it: stop sequences applied, thinking apart, the last stats.
+
+The engines know nothing of `stop`: `Reply` watches the answer text as it streams, holds back
+a tail that could be the start of a stop sequence (so a stop split across chunks is never
+sent), and cuts the answer where one appears; the caller then cancels the engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from pocketchat.engines.types import Chunk, Stats
+
+
+class StopScanner:
+    """Text in, text out, cut at the first stop sequence; a possible stop prefix is held back."""
+
+    def __init__(self, stops: Sequence[str]) -> None:
+        self.stops = tuple(s for s in stops if s)
+        self.held = ""
+        self.hit = False
+
+    def feed(self, text: str) -> str:
+        if not self.stops:
+            return text
+        if self.hit:
+            return ""
+        buf = self.held + text
+        found = [i for i in (buf.find(s) for s in self.stops) if i >= 0]
+        if found:
+            self.hit, self.held = True, ""
+            return buf[: min(found)]
+        keep = 0
+        for k in range(min(len(buf), max(len(s) for s in self.stops) - 1), 0, -1):
+            if any(s.startswith(buf[-k:]) for s in self.stops):
+                keep = k
+                break
+        self.held = buf[len(buf) - keep:] if keep else ""
+        return buf[: len(buf) - keep]
+
+    def flush(self) -> str:
+        out, self.held = ("" if self.hit else self.held), ""
+        return out
+
+
+@dataclass
+class Delta:
+    content: str = ""
+    reasoning: str = ""
+
+
+@dataclass
+class Reply:
+    """Accumulates one answer; `feed(chunk)` gives what to send now."""
+
+    stops: Sequence[str] = ()
+    content: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    stats: Stats = field(default_factory=Stats)
+    finish_reason: str | None = None
+
+    def __post_init__(self) -> None:
+        self._scanner = StopScanner(self.stops)
+
+    @property
+    def stopped(self) -> bool:
+        """A stop sequence appeared: the rest of the engine's answer is not wanted."""
+        return self._scanner.hit
+
+    def feed(self, chunk: Chunk) -> Delta:
+        self.stats = chunk.stats
+        if self._scanner.hit:  # past a stop: the engine is being cancelled, nothing more is sent
+            delta = Delta()
+        else:
+            delta = Delta(reasoning=chunk.thinking, content=self._scanner.feed(chunk.text))
+        if chunk.finish_reason is not None:
+            delta.content += self._scanner.flush()
+            self.finish_reason = "stop" if self._scanner.hit else chunk.finish_reason
+        self.content.append(delta.content)
+        self.reasoning.append(delta.reasoning)
+        return delta
+
+    @property
+    def text(self) -> str:
+        return "".join(self.content)
+
+    @property
+    def thinking(self) -> str:
+        return "".join(self.reasoning)
