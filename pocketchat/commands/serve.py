@@ -16,7 +16,7 @@ from pocketchat.errors import PocketchatError, UsageError
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    from pocketchat.cli import add_selection_args
+    from pocketchat.commands.selection import add_selection_args
 
     add_selection_args(p)
     p.description = ("Serve the chosen model as an OpenAI-compatible API: point a client at "
@@ -70,6 +70,7 @@ def model_id(choice) -> str:
 def run(args: argparse.Namespace) -> int:
     from pocketchat.commands.common import choose_model
     from pocketchat.commands.download import TerminalProgress, make_confirm
+    from pocketchat.commands.selection import Selection
     from pocketchat.paths import settings
 
     if not 0 <= args.port <= 65535:
@@ -83,9 +84,10 @@ def run(args: argparse.Namespace) -> int:
                          "needs an API key",
                          hint="Pass --api-key KEY (or set POCKETCHAT_API_KEY); clients send "
                               "`Authorization: Bearer KEY`. Or listen on 127.0.0.1 (the default).")
+    sel = Selection.from_args(args)
     progress = TerminalProgress()
     try:
-        choice = choose_model(args, confirm=make_confirm(args.yes), progress=progress)
+        choice = choose_model(sel, confirm=make_confirm(sel.yes), progress=progress)
     finally:
         progress.finish()
     sock = bind(args.host, args.port)
