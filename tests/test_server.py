@@ -290,3 +290,47 @@ def test_other_address_without_key_is_refused(tmp_path):
     assert out.returncode == 1
     assert "needs an API key" in out.stderr and "--api-key" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+# Thinking: a tiny random-weight MoE whose template opens <think> in the generation prompt
+# (thinking on) or prefills an empty block (off), as Qwen3.5/3.6 and POCKET do.
+THINKING_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+    "{% if enable_thinking is defined and enable_thinking is false %}"
+    "{{ '<think>\\n\\n</think>\\n\\n' }}{% else %}{{ '<think>\\n' }}{% endif %}{% endif %}"
+)
+
+
+def _thinking_model(folder):
+    from tinymoe import write_tiny_moe
+
+    return write_tiny_moe(folder / "tiny-thinking-moe.gguf", chat_template=THINKING_TEMPLATE)
+
+
+def test_thinking_is_reasoning_content_and_can_be_turned_off(tmp_path):
+    model = _thinking_model(tmp_path)
+    srv = ServerProcess(["--model", str(model), "--ctx", "512"], tmp_path)
+    try:
+        srv.wait_ready()
+        c = client(srv)
+        name = c.models.list().data[0].id
+        ask = dict(model=name, messages=HI, max_tokens=24, temperature=0, extra_body={"ignore_eos": True})
+        on = c.chat.completions.create(**ask).choices[0].message
+        assert getattr(on, "reasoning_content", None)  # the model's thinking, apart
+
+        stream = c.chat.completions.create(**ask, stream=True)
+        reasoning = "".join(getattr(e.choices[0].delta, "reasoning_content", None) or ""
+                            for e in stream if e.choices)
+        assert reasoning == on.reasoning_content
+
+        for off in ({"chat_template_kwargs": {"enable_thinking": False}},
+                    {"reasoning_effort": "none"}):
+            msg = c.chat.completions.create(**{**ask, "extra_body": {"ignore_eos": True, **off}}
+                                            ).choices[0].message
+            assert not getattr(msg, "reasoning_content", None), off
+            assert msg.content, off
+    finally:
+        srv.stop()

@@ -46,7 +46,7 @@ def byte_symbols() -> list[str]:
     return [mapping[b] for b in range(256)]
 
 
-def write_tiny_moe(path: Path, *, seed: int = 0) -> Path:
+def write_tiny_moe(path: Path, *, seed: int = 0, chat_template: str = CHAT_TEMPLATE) -> Path:
     import gguf
 
     rng = np.random.default_rng(seed)
@@ -81,7 +81,7 @@ def write_tiny_moe(path: Path, *, seed: int = 0) -> Path:
     w.add_eos_token_id(tokens.index("<|im_end|>"))
     w.add_pad_token_id(tokens.index("<|endoftext|>"))
     w.add_add_bos_token(False)
-    w.add_chat_template(CHAT_TEMPLATE)
+    w.add_chat_template(chat_template)
 
     def t(name: str, *shape: int, scale: float = 0.2) -> None:
         w.add_tensor(name, (rng.standard_normal(shape) * scale).astype(np.float32))
