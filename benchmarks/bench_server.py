@@ -22,6 +22,7 @@ import argparse
 import http.client
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -107,7 +108,8 @@ def cancel_latency(srv: ServerProcess, model: str) -> float:
     for raw in resp:
         if b'"content":"' in raw and b'"content":""' not in raw:
             break
-    conn.sock.close()  # the client goes away
+    conn.sock.shutdown(socket.SHUT_RDWR)  # the client goes away (close alone waits for resp)
+    conn.sock.close()
     closed = time.perf_counter()
     while srv.get("/health")[1]["busy"]:
         if time.perf_counter() - closed > 30:

@@ -122,7 +122,8 @@ class EngineHost:
             raise load_failed(self.error)
         self.state = "loading"
         try:
-            self.engine = await asyncio.get_running_loop().run_in_executor(self._executor, self._open)
+            with anyio.CancelScope(shield=True):  # a client gone mid-load must not orphan the engine
+                self.engine = await asyncio.get_running_loop().run_in_executor(self._executor, self._open)
         except Exception as exc:  # noqa: BLE001 - reported on /health and to every request
             if not isinstance(exc, PocketchatError):
                 exc = PocketchatError(f"{type(exc).__name__}: {exc}")
