@@ -86,6 +86,10 @@ def test_stop_sequence_cuts_the_answer(server, model_id):
 
 
 def test_second_request_continues_the_conversation(server, model_id):
+    from pocketchat.engines.types import Stats
+
+    if not hasattr(Stats, "reused_tokens"):
+        pytest.skip("the engines do not report reused prompt tokens yet (issue 10)")
     c = client(server)
     messages = [{"role": "system", "content": "You are a helpful assistant. " * 8},
                 {"role": "user", "content": "Name a fruit."}]

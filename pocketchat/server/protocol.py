@@ -217,19 +217,25 @@ def parse_chat_request(body: bytes) -> ChatRequest:
 
 
 def usage(stats: Stats) -> dict[str, Any]:
-    """OpenAI's `usage` from the engine's counters (cached_tokens: see `cached_tokens`)."""
-    prompt, completion = int(stats.prompt_tokens), int(stats.generated_tokens)
+    """OpenAI's `usage`: the whole prompt, the part of it the engine reused from its cache
+    (`cached_tokens`: not evaluated for this request), and the generated tokens."""
+    prompt, completion = prompt_length(stats), int(stats.generated_tokens)
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": cached_tokens(stats)},
+        "prompt_tokens_details": {"cached_tokens": reused_tokens(stats)},
     }
 
 
-def cached_tokens(stats: Stats) -> int:
-    """Prompt tokens the engine reused from its cache; 0 until the engine reports it."""
-    return 0
+def prompt_length(stats: Stats) -> int:
+    """The whole prompt in tokens (engines without reuse figures: the evaluated tokens)."""
+    return int(getattr(stats, "prompt_length", 0) or stats.prompt_tokens)
+
+
+def reused_tokens(stats: Stats) -> int:
+    """Prompt tokens taken from the engine's cache (0 where the engine does not say)."""
+    return int(getattr(stats, "reused_tokens", 0) or 0)
 
 
 def timings(stats: Stats) -> dict[str, Any]:
@@ -241,7 +247,7 @@ def timings(stats: Stats) -> dict[str, Any]:
         "predicted_n": stats.generated_tokens,
         "predicted_ms": round(stats.decode_seconds * 1000, 3),
         "predicted_per_second": round(stats.decode_tok_s, 3),
-        "cache_n": cached_tokens(stats),
+        "cache_n": reused_tokens(stats),
     }
 
 
