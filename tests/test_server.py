@@ -296,8 +296,9 @@ def test_other_address_without_key_is_refused(tmp_path):
     assert "Traceback" not in out.stderr
 
 
-# Thinking: a tiny random-weight MoE whose template opens <think> in the generation prompt
-# (thinking on) or prefills an empty block (off), as Qwen3.5/3.6 and POCKET do.
+# Thinking: the tiny random-weight qwen35moe of issue 10 (POCKET's architecture, a Qwen3.5-like
+# template: the generation prompt opens <think>, or prefills an empty block when thinking is
+# off). Until that writer is in tests/, the tiny qwen3moe with a template that does the same.
 THINKING_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
@@ -309,9 +310,13 @@ THINKING_TEMPLATE = (
 
 
 def _thinking_model(folder):
-    from tinymoe import write_tiny_moe
+    try:
+        from tinyqwen35 import write_tiny_qwen35moe
+    except ImportError:
+        from tinymoe import write_tiny_moe
 
-    return write_tiny_moe(folder / "tiny-thinking-moe.gguf", chat_template=THINKING_TEMPLATE)
+        return write_tiny_moe(folder / "tiny-thinking-moe.gguf", chat_template=THINKING_TEMPLATE)
+    return write_tiny_qwen35moe(folder / "tiny-qwen35moe.gguf")
 
 
 def test_thinking_is_reasoning_content_and_can_be_turned_off(tmp_path):
