@@ -9,7 +9,12 @@ settings and number of tokens (ignore_eos: exactly --tokens each time) twice:
 alternating one answer each, so both see the same load on the machine, and prints both
 medians and their ratio (goal: app / headless >= 0.95).
 
-    PYTHONPATH=. python benchmarks/bench_ui.py [--runs 5] [--tokens 256]
+The real-terminal mode (benchmarks/terminal.py) runs `python -m pocketchat --model starter`
+in tmux as a user does, reads tok/s off its status bar, alternates with `pocketchat bench` on
+the same settings, and measures the UI process's CPU per generated token; once with --tokens
+and once with a long answer (--long, 1,500 tokens by default).
+
+    PYTHONPATH=. python benchmarks/bench_ui.py [--mode all|pilot|tmux] [--runs 5] [--tokens 256]
 """
 
 from __future__ import annotations
@@ -112,12 +117,33 @@ def pocketchat_bench(tokens: int, ctx: int) -> float | None:
         return None
 
 
+def terminal_mode(a: argparse.Namespace) -> None:
+    """The app in tmux vs `pocketchat bench`: a normal and a long answer (figures as they come)."""
+    import terminal
+
+    extra: list[str] = []  # the chat has no --threads yet: the tmux mode uses the plan's
+    print(f"real terminal: the starter model, ctx {a.ctx}, {a.runs} runs (+1 warm-up) alternating "
+          f"with `pocketchat bench -n N -r 1`", flush=True)
+    print(terminal.HEADER, flush=True)
+    long_ctx = max(a.ctx, a.long + 512)
+    for tokens, runs, ctx in ((a.tokens, a.runs, a.ctx), (a.long, a.long_runs or a.runs, long_ctx)):
+        if tokens > 0 and runs > 0:
+            series = terminal.measure(tokens, runs, ctx, extra)
+            print(series.row(f"{tokens} tokens"), flush=True)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--tokens", type=int, default=256)
     p.add_argument("--ctx", type=int, default=2048)
     p.add_argument("--skip-bench-command", action="store_true")
+    p.add_argument("--mode", choices=["all", "pilot", "tmux"], default="all",
+                   help="pilot: the app through run_test(); tmux: in a real terminal; all: both")
+    p.add_argument("--long", type=int, default=1500, metavar="N",
+                   help="tmux mode: tokens of the long answer (0: none; default 1500)")
+    p.add_argument("--long-runs", type=int, default=None, metavar="N",
+                   help="tmux mode: runs of the long answer (default: --runs)")
     p.add_argument("--threads", type=int, default=None,
                    help="model threads (default: the plan's, the physical cores); fewer than the\n"
                         "cores leaves one for the UI, which shows what the UI costs by itself")
@@ -125,6 +151,12 @@ def main() -> int:
     os.environ.setdefault("POCKETCHAT_DATA_DIR", tempfile.mkdtemp(prefix="pocketchat-bench-"))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+    t0 = time.monotonic()
+    if a.mode in ("all", "tmux"):
+        terminal_mode(a)
+    if a.mode == "tmux":
+        print(f"({time.monotonic() - t0:.0f} s)")
+        return 0
     choice = choose(a.ctx)
     if a.threads:
         from dataclasses import replace
@@ -133,7 +165,6 @@ def main() -> int:
         a.skip_bench_command = True
     print(f"model {choice.name}; {choice.plan.describe()}; ctx {a.ctx}; "
           f"{a.tokens} tokens x {a.runs} runs (+1 warm-up each)")
-    t0 = time.monotonic()
     base, shown, engine_said = measure(choice, a.runs, a.tokens)
     bench = None if a.skip_bench_command else pocketchat_bench(a.tokens, a.ctx)
     h, s = statistics.median(base), statistics.median(shown)

@@ -17,8 +17,8 @@ from pocketchat import conversations
 from pocketchat.commands import oneshot
 from pocketchat.commands.common import STARTER, ModelChoice
 from pocketchat.commands.selection import Selection
-from pocketchat.errors import OfflineError
-from pocketchat.engines.types import Engine
+from pocketchat.errors import OfflineError, UsageError
+from pocketchat.engines.types import ChatOptions, Engine
 from pocketchat.store.types import DownloadPlan, DownloadProgress
 
 
@@ -33,6 +33,18 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "a terminal: echo QUESTION | pocketchat)")
     p.add_argument("--show-thinking", dest="show_thinking", action="store_true",
                    help="with -p or a pipe: write the model's thinking to stderr (default: dropped)")
+    p.add_argument("--bench-tokens", type=int, metavar="N", help=argparse.SUPPRESS)
+    # every answer exactly N tokens, as `pocketchat bench`'s tg test (benchmarks/bench_ui.py)
+
+
+def answer_options(args: argparse.Namespace) -> ChatOptions | None:
+    """The chat's answer settings: the defaults, or `bench` tg's for --bench-tokens."""
+    n = getattr(args, "bench_tokens", None)
+    if n is None:
+        return None
+    if n < 1:
+        raise UsageError("--bench-tokens must be at least 1")
+    return ChatOptions(max_tokens=n, ignore_eos=True, seed=1)
 
 
 def progress_adapter(hooks: Any) -> Callable[[DownloadProgress], None]:
@@ -176,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
         conversation=conversation,
         system=args.system,
         thinking=not args.no_think,
+        options=answer_options(args),
         about=lambda: session.about,
     )
     code = app.run()
