@@ -120,7 +120,7 @@ class TerminalApp:
         self.tmux("send-keys", "-t", "app", "-l", PROMPT)
         self.tmux("send-keys", "-t", "app", "Enter")
         state = self.tmux.wait(lambda s: s[0] in ("Ready", "Stopped") and s[2] >= self.tokens,
-                               60 + self.tokens / 5, "the answer to end", every=1.0)
+                               120 + self.tokens, "the answer to end", every=1.0)
         used = cpu_seconds(self.pid) - before
         return state[1] or 0.0, used / max(1, state[2])
 

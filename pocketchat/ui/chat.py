@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -34,6 +35,7 @@ from pocketchat.ui.widgets import (
     figures_line,
 )
 
+STATUS_INTERVAL = 0.25  # the status bar's figures change at most 4 times a second while streaming
 RESTART_HINT = "Ctrl+R restarts the engine (this conversation is kept); Ctrl+N starts a new chat."
 
 
@@ -87,6 +89,8 @@ class Chat(Vertical):
         self._answer: AnswerView | None = None
         self._pump_timer: Timer | None = None
         self._pacer = RenderPacer()
+        self._status_at = 0.0
+        self._shown_state = ""
         self._previous: AnswerStream | None = None  # a stream left behind by Ctrl+N
 
     def compose(self) -> ComposeResult:
@@ -186,11 +190,12 @@ class Chat(Vertical):
                                        self.info.n_ctx if self.info else 0, None))
         self.run_worker(self.stream.run, thread=True, group="stream", exit_on_error=False)
         self._pacer = RenderPacer()
+        self._status_at, self._shown_state = 0.0, ""
         self._pump_timer = self.set_interval(self._pacer.interval, self._pump)
         self.app.refresh_bindings()
 
     async def _pump(self) -> None:
-        """Render what arrived since the last tick (at most 20 times a second, see RenderPacer)."""
+        """Render what arrived since the last tick (at most 10 times a second, see RenderPacer)."""
         stream, view = self.stream, self._answer
         if stream is None or view is None:
             return
@@ -200,9 +205,12 @@ class Chat(Vertical):
         if update.text:
             await view.add_text(update.text)
         state = "Answering" if view.text else "Thinking" if view.thinking else "Waiting for the first token"
-        limit = self.info.n_ctx if self.info else 0
-        self.status(figures_from_stats(update.stats, state, self.memory, limit,
-                                       update.first_token_at))
+        now = time.monotonic()
+        if update.done or state != self._shown_state or now - self._status_at >= STATUS_INTERVAL:
+            self._shown_state, self._status_at = state, now
+            limit = self.info.n_ctx if self.info else 0
+            self.status(figures_from_stats(update.stats, state, self.memory, limit,
+                                           update.first_token_at))
         if update.done:
             await self._finish(stream, view, update)
         elif self._pacer.sample() and self._pump_timer is not None:
@@ -215,7 +223,8 @@ class Chat(Vertical):
             self._pump_timer = None
 
     async def _finish(self, stream: AnswerStream, view: AnswerView, update: StreamUpdate) -> None:
-        self._stop_pump()
+        # This runs inside the pump timer's task: stopping the timer cancels the task, so the
+        # timer stops last, after every await here.
         message = stream.message
         await view.finish(figures_line(message.stats), message.interrupted)
         stats = update.stats
@@ -241,6 +250,7 @@ class Chat(Vertical):
         self.idle_status("Stopped" if message.interrupted else "Ready")
         self.stream, self._answer = None, None  # last: a test (or a user) sees it all done
         self.app.refresh_bindings()
+        self._stop_pump()
 
     def _answer_failed(self, error: BaseException) -> None:
         text, hint = describe_error(error)

@@ -3,7 +3,7 @@
 Nothing here knows Textual. `AnswerStream.run()` runs in a worker thread: it appends each
 chunk to the conversation's assistant message, saves the conversation at most once a second
 (`Autosave`), and keeps the text not yet shown in a buffer. The UI calls `drain()` from a
-timer (at most 20 times a second) and renders what piled up since the last call, so the
+timer (at most 10 times a second) and renders what piled up since the last call, so the
 number of screen updates does not grow with the token rate.
 """
 
@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 from pocketchat.conversations import Autosave, ChatMessage, Conversation, stats_summary
 from pocketchat.engines.types import ChatOptions, Engine, Message, Stats
 
-UPDATES_PER_SECOND = 20  # the most screen updates a second while an answer streams
+UPDATES_PER_SECOND = 10  # the most screen updates a second while an answer streams
 MIN_UPDATES_PER_SECOND = 4
 RENDER_BUDGET = 0.08  # share of one core the UI process may spend while the model decodes
 SAVE_INTERVAL = 1.0

@@ -6,14 +6,14 @@ from dataclasses import dataclass
 
 from textual import events
 from textual.binding import Binding
-from textual.containers import Vertical, VerticalScroll
+from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.message import Message
-from textual.widgets import Collapsible, Label, Markdown, Static, TextArea
-from textual.widgets._markdown import MarkdownStream
+from textual.widgets import Static, TextArea
 
 from pocketchat.engines.types import EngineInfo, Stats
 from pocketchat.textsafe import one_line, pasted, visible
+from pocketchat.ui.answer import AnswerView  # noqa: F401 - a message widget like the others
 from pocketchat.ui.format import compact_count, human_bytes, human_duration, meter
 
 
@@ -68,82 +68,6 @@ class Notice(Static):
         body = text if not hint else f"{text}\n{hint}"
         super().__init__(visible(body), markup=False, classes=f"notice {kind}")
         self.kind = kind
-
-
-class AnswerView(Vertical):
-    """One answer: thinking (dimmed, collapsible) above the Markdown text, figures below."""
-
-    def __init__(self, text: str = "", thinking: str = "", *, streaming: bool = False) -> None:
-        super().__init__(classes="message assistant")
-        self._initial_text = text
-        self._initial_thinking = thinking
-        self.streaming = streaming
-        self.text = text
-        self.thinking = thinking
-        self._answer_stream: MarkdownStream | None = None
-        self._thinking_stream: MarkdownStream | None = None
-
-    def compose(self):
-        if self._initial_thinking:
-            yield self._make_thinking(self._initial_thinking, collapsed=not self.streaming)
-        yield Markdown(visible(self._initial_text), classes="answer")
-        yield Label("", classes="figures")
-
-    def _make_thinking(self, text: str, collapsed: bool) -> Collapsible:
-        return Collapsible(
-            Markdown(visible(text), classes="thinking-text"),
-            title="Thinking",
-            collapsed=collapsed,
-            classes="thinking",
-        )
-
-    @property
-    def answer(self) -> Markdown:
-        return self.query_one("Markdown.answer", Markdown)
-
-    async def add_thinking(self, fragment: str) -> None:
-        if not fragment:
-            return
-        self.thinking += fragment
-        if self._thinking_stream is None:
-            if not self.query("Collapsible.thinking"):
-                await self.mount(self._make_thinking("", collapsed=False), before=self.answer)
-            self._thinking_stream = Markdown.get_stream(self.query_one(".thinking-text", Markdown))
-        await self._thinking_stream.write(visible(fragment))
-
-    async def add_text(self, fragment: str) -> None:
-        if not fragment:
-            return
-        if not self.text and self.thinking:
-            # The answer begins: fold the thinking away (a click opens it again).
-            await self._stop_thinking()
-            for box in self.query("Collapsible.thinking").results(Collapsible):
-                box.collapsed = True
-        self.text += fragment
-        if self._answer_stream is None:
-            self._answer_stream = Markdown.get_stream(self.answer)
-        await self._answer_stream.write(visible(fragment))
-
-    async def _stop_thinking(self) -> None:
-        if self._thinking_stream is not None:
-            await self._thinking_stream.stop()
-            self._thinking_stream = None
-
-    async def finish(self, figures: str, interrupted: bool) -> None:
-        await self._stop_thinking()
-        if self._answer_stream is not None:
-            await self._answer_stream.stop()
-            self._answer_stream = None
-        self.streaming = False
-        self.set_figures(figures, interrupted)
-
-    def set_figures(self, figures: str, interrupted: bool) -> None:
-        label = self.query_one(".figures", Label)
-        text = figures
-        if interrupted:
-            text = f"{figures} · interrupted" if figures else "interrupted"
-        label.update(text)
-        label.set_class(interrupted, "interrupted")
 
 
 def figures_line(stats: dict | None) -> str:
