@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from pocketchat.modelfile.facts import ModelFacts
 
 GiB = 1024**3
 MiB = 1024**2
@@ -79,6 +82,8 @@ class Build:
     n_experts: int = 256
     description: str = ""
     verified: bool = True
+    # What the file's header says (read from disk or over HTTP); None: the catalog's constants.
+    facts: "ModelFacts | None" = field(default=None, compare=False, repr=False)
 
     @property
     def backend(self) -> Backend:
@@ -107,6 +112,7 @@ class LoadPlan:
     n_threads: int
     n_threads_batch: int
     cpu_moe: bool = False
+    n_cpu_moe: int = 0  # keep the experts of the first N layers in RAM (llama.cpp --n-cpu-moe N)
     flash_attn: bool = False
     use_mmap: bool = True
     kv_type: str = "f16"
@@ -127,6 +133,9 @@ class LoadPlan:
         if self.placement == "gpu":
             return "GPU, all layers"
         if self.placement == "gpu+cpu-experts":
+            if self.n_cpu_moe and not self.cpu_moe:
+                return (f"GPU + experts of the first {self.n_cpu_moe} layers on CPU, "
+                        f"{_threads(self.n_threads)}")
             return f"GPU + experts on CPU, {_threads(self.n_threads)}"
         return f"CPU, {_threads(self.n_threads)}"
 
@@ -183,6 +192,7 @@ class Candidate:
             "n_ctx": p.n_ctx if p else None,
             "n_threads": p.n_threads if p else None,
             "cpu_moe": p.cpu_moe if p else None,
+            "n_cpu_moe": p.n_cpu_moe if p else None,
             "estimated_memory_bytes": self.estimated_memory_bytes,
             "estimated_decode_tok_s": (
                 round(self.estimated_decode_tok_s, 1)

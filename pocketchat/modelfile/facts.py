@@ -52,6 +52,7 @@ class ModelFacts:
     expert_used_count: int = 0
     expert_layer_bytes: tuple[tuple[int, int], ...] = ()  # (layer, routed expert bytes)
     header_bytes: int = 0
+    merge_count: int = 0
 
     @property
     def expert_bytes(self) -> int:
@@ -208,4 +209,5 @@ def facts_of(info: GGUFInfo) -> ModelFacts:
         expert_used_count=info.expert_used_count,
         expert_layer_bytes=tuple(sorted(experts.items())),
         header_bytes=info.header_bytes,
+        merge_count=info.merge_count,
     )

@@ -80,6 +80,7 @@ class GGUFInfo:
     arrays: dict[str, tuple[Any, ...]] = field(default_factory=dict, repr=False)
     tensors: tuple[TensorInfo, ...] = field(default=(), repr=False)
     header_bytes: int = 0
+    merge_count: int = 0
 
     @property
     def is_moe(self) -> bool:
@@ -301,6 +302,7 @@ def _info(path: Path, size: int, version: int, meta: dict[str, Any], arrays: dic
         return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
     tokens = meta.get("tokenizer.ggml.tokens")
+    merges = meta.get("tokenizer.ggml.merges")
     template = meta.get("tokenizer.chat_template")
     scalars = {k: v for k, v in meta.items() if not isinstance(v, tuple)}
     return GGUFInfo(
@@ -325,4 +327,5 @@ def _info(path: Path, size: int, version: int, meta: dict[str, Any], arrays: dic
         arrays=arrays,
         tensors=tuple(tensors),
         header_bytes=header_bytes,
+        merge_count=merges[1] if isinstance(merges, tuple) else 0,
     )

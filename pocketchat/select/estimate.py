@@ -1,13 +1,18 @@
 """Memory and speed estimates for one build at one context size. Pure functions.
 
-The constants are the qwen35moe architecture (shared/pocket-builds.md) and calibrations
-against the published speeds; every figure they produce is labelled an estimate.
+Every GGUF whose header was read (on disk, or over HTTP before a download) is estimated from
+its own facts (`modelfile.facts.ModelFacts`): weights, the KV cache of the layers that hold
+one, the recurrent state, compute buffers and the runtime. The POCKET constants below (the
+qwen35moe architecture, shared/pocket-builds.md) are only the offline fallback for a catalog
+build whose header is unknown. The runtime terms were measured (benchmarks/bench_memory.py:
+peak RSS of a load plus one short answer); every figure is labelled an estimate.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pocketchat.modelfile.facts import ModelFacts
 from pocketchat.select.catalog import bytes_per_token, expert_bytes
 from pocketchat.types import GPU, MiB, Build
 
@@ -23,6 +28,24 @@ COMPUTE_PER_TOKEN_BYTES = 8 * 1024
 RUNTIME_OVERHEAD_BYTES = 150 * MiB
 
 ACTIVE_EXPERTS = 8
+
+# Measured on llama-cpp-python 0.3.36 (benchmarks/bench_memory.py): the worker process with
+# Python and llama.cpp loaded, the vocabulary's tables (per token and per BPE merge), and the
+# compute buffer a short answer touches (activations of one n_batch, attention over the context).
+RUNTIME_BASE_BYTES = 58 * MiB
+VOCAB_TOKEN_BYTES = 140
+MERGE_BYTES = 250
+COMPUTE_TOUCHED_BASE_BYTES = 4 * MiB
+COMPUTE_TOUCHED_PER_CTX_BYTES = 160
+ACTIVATION_BYTES_PER_EMBD = 40  # per batch token and model width
+KV_PAD = 256  # llama.cpp pads the KV cache to a multiple of 256 cells
+# Bytes per element of the KV cache types a plan may name.
+KV_ELEM_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q5_1": 24 / 32, "q5_0": 22 / 32,
+                 "q4_1": 20 / 32, "q4_0": 18 / 32, "iq4_nl": 18 / 32}  # fmt: skip
+# POCKET (qwen35moe) for the offline fallback.
+POCKET_LAYERS = 40
+POCKET_VOCAB = 248_320
+POCKET_EMBD = 2048
 
 # Speed calibration. CPU decoding is bandwidth-bound: the published CPU figures (Xeon IQ1_M
 # 27 tok/s, AMD mini-PC Q2_K 20 tok/s, M3 Pro CPU Q2_K 19.5 tok/s) all read about 20 GB/s of
@@ -82,8 +105,65 @@ def kv_cache_bytes(n_ctx: int, kv_bytes_per_token: int = KV_BYTES_PER_TOKEN) -> 
     return n_ctx * kv_bytes_per_token
 
 
-def memory_need(build: Build, n_ctx: int, *, kv_bytes_per_token: int = KV_BYTES_PER_TOKEN) -> MemoryNeed:
+def effective_ctx(facts: ModelFacts, n_ctx: int) -> int:
+    """The context llama.cpp allocates: at most the trained one (as the loader asks), padded."""
+    if facts.context_length:
+        n_ctx = min(n_ctx, facts.context_length)
+    return -(-n_ctx // KV_PAD) * KV_PAD
+
+
+def runtime_bytes(facts: ModelFacts) -> int:
+    """The worker process itself: interpreter, llama.cpp, the vocabulary's tables."""
+    return RUNTIME_BASE_BYTES + facts.vocab_size * VOCAB_TOKEN_BYTES + facts.merge_count * MERGE_BYTES
+
+
+def compute_bytes(facts: ModelFacts, n_ctx: int, *, on_gpu: bool, n_batch: int = 512) -> int:
+    """Compute buffers: on a GPU the whole reserve (allocated up front), on the CPU what is touched."""
+    activations = n_batch * facts.n_embd * ACTIVATION_BYTES_PER_EMBD
+    if on_gpu:  # logits of one batch plus activations; flash attention keeps KQ small
+        return n_batch * facts.vocab_size * 4 + activations + COMPUTE_BASE_BYTES // 4
+    return COMPUTE_TOUCHED_BASE_BYTES + n_ctx * COMPUTE_TOUCHED_PER_CTX_BYTES + activations
+
+
+def need_from_facts(facts: ModelFacts, n_ctx: int, *, on_gpu: bool = False, kv_type: str = "f16",
+                    n_batch: int = 512) -> MemoryNeed:
+    """Weights + KV cache + recurrent state + compute + runtime, from the header's facts."""
+    ctx = effective_ctx(facts, n_ctx)
+    elem = KV_ELEM_BYTES.get(kv_type.lower(), 2.0)
+    return MemoryNeed(
+        weights=facts.weight_bytes,
+        kv_cache=int(facts.kv_bytes_per_token(elem) * ctx),
+        state=facts.recurrent_state_bytes,
+        compute=compute_bytes(facts, ctx, on_gpu=on_gpu, n_batch=min(n_batch, ctx)),
+        overhead=runtime_bytes(facts),
+    )
+
+
+def pocket_facts(build: Build) -> ModelFacts:
+    """Facts for a catalog build whose header is unknown: POCKET's architecture and the card's sizes."""
+    if build.facts is not None:
+        return build.facts
+    moe = build.expert_fraction > 0
+    experts = int(build.size_bytes * build.expert_fraction) if moe else 0
+    per_layer = experts // POCKET_LAYERS
+    return ModelFacts(
+        arch="qwen35moe" if moe else "unknown", name=build.id, file_bytes=build.size_bytes,
+        weight_bytes=build.size_bytes, block_count=POCKET_LAYERS, context_length=262_144,
+        vocab_size=POCKET_VOCAB, n_embd=POCKET_EMBD, n_head=16,
+        kv_layers=tuple(range(3, POCKET_LAYERS, 4)), kv_heads=(2,) * 10, key_length=256, value_length=256,
+        recurrent_layers=tuple(i for i in range(POCKET_LAYERS) if (i + 1) % 4) if moe else (),
+        recurrent_state_bytes=RECURRENT_STATE_BYTES if moe else 0,
+        expert_count=build.n_experts if moe else 0, expert_used_count=ACTIVE_EXPERTS if moe else 0,
+        expert_layer_bytes=tuple((i, per_layer) for i in range(POCKET_LAYERS)) if moe else (),
+        merge_count=POCKET_VOCAB if moe else 0,
+    )
+
+
+def memory_need(build: Build, n_ctx: int, *, kv_bytes_per_token: int = KV_BYTES_PER_TOKEN,
+                on_gpu: bool = False) -> MemoryNeed:
     """Weights + KV cache + recurrent state + compute buffers + runtime overhead."""
+    if build.facts is not None:
+        return need_from_facts(build.facts, n_ctx, on_gpu=on_gpu)
     return MemoryNeed(
         weights=build.size_bytes,
         kv_cache=kv_cache_bytes(n_ctx, kv_bytes_per_token),
@@ -93,11 +173,23 @@ def memory_need(build: Build, n_ctx: int, *, kv_bytes_per_token: int = KV_BYTES_
     )
 
 
-def split_experts(need: MemoryNeed, build: Build) -> tuple[int, int]:
-    """(GPU bytes, RAM bytes) when the routed-expert tensors stay in RAM."""
-    experts = int(expert_bytes(build))
-    gpu = need.total - need.overhead - experts
-    ram = experts + need.overhead + COMPUTE_BASE_BYTES // 2
+def expert_layer_count(build: Build) -> int:
+    """Layers with routed experts (what --n-cpu-moe counts)."""
+    return pocket_facts(build).expert_layers if build.expert_fraction > 0 or build.facts else 0
+
+
+def split_experts(need: MemoryNeed, build: Build, n_cpu_moe: int | None = None) -> tuple[int, int]:
+    """(GPU bytes, RAM bytes) when the routed experts of the first `n_cpu_moe` layers (None:
+    every layer) stay in RAM and everything else is on the GPU."""
+    facts = pocket_facts(build)
+    layers = facts.expert_layers
+    n = layers if n_cpu_moe is None else min(max(n_cpu_moe, 0), layers)
+    if build.facts is not None:
+        in_ram = facts.expert_bytes_of_first(n)
+    else:
+        in_ram = int(expert_bytes(build) * n / max(layers, 1))
+    gpu = need.total - need.overhead - in_ram
+    ram = in_ram + need.overhead + (COMPUTE_BASE_BYTES // 2 if in_ram else 0)
     return gpu, ram
 
 
@@ -114,9 +206,15 @@ def decode_tok_s(
     cpu_bandwidth_gbps: float | None,
     threads: int,
     gpu: GPU | None = None,
+    n_cpu_moe: int | None = None,
 ) -> float:
-    """Estimated generation speed in tokens per second."""
-    per_token = bytes_per_token(build)
+    """Estimated generation speed in tokens per second.
+
+    With `gpu+cpu-experts`, the active experts of the first `n_cpu_moe` layers (None: all) are
+    read from RAM by the CPU, everything else from VRAM.
+    """
+    facts = build.facts
+    per_token = facts.active_bytes if facts is not None else bytes_per_token(build)
     cpu_rate = cpu_gbps(cpu_bandwidth_gbps, threads) * 1e9
     if placement == "cpu" or gpu is None:
         return cpu_rate / per_token
@@ -126,8 +224,17 @@ def decode_tok_s(
     gpu_rate = gpu_bandwidth_gbps(gpu) * 1e9 * eff
     if placement == "gpu":
         return 1.0 / (per_token / gpu_rate + overhead)
-    # gpu+cpu-experts: active expert bytes come from RAM, the rest from VRAM.
-    active_experts = min(expert_bytes(build) * ACTIVE_EXPERTS / max(build.n_experts, 1), per_token)
+    # gpu+cpu-experts: active expert bytes of the layers in RAM come from RAM, the rest from VRAM.
+    if facts is not None and facts.is_moe:
+        layers = facts.expert_layers
+        n = layers if n_cpu_moe is None else min(n_cpu_moe, layers)
+        share = facts.expert_bytes_of_first(n) / max(facts.expert_bytes, 1)
+        used = max(facts.expert_used_count, 1) / max(facts.expert_count, 1)
+        active_experts = min(facts.expert_bytes * used * share, per_token)
+    else:
+        share = 1.0 if n_cpu_moe is None else min(n_cpu_moe / POCKET_LAYERS, 1.0)
+        active_experts = min(expert_bytes(build) * ACTIVE_EXPERTS / max(build.n_experts, 1) * share,
+                             per_token)
     shared = per_token - active_experts
     return 1.0 / (active_experts / cpu_rate + shared / gpu_rate + overhead)
 
