@@ -67,8 +67,27 @@ def test_full_gpu_offload_uses_all_layers_and_flash_attention():
 
 
 def test_experts_on_cpu_plan_keeps_layers_on_gpu():
-    plan = recommend("linux-12gb-nvidia-32gb").recommended.plan
-    assert plan.cpu_moe and plan.n_gpu_layers == -1
+    """12 GB NVIDIA + Q4_K_M: the experts of the first N layers in RAM, the rest on the GPU."""
+    from pocketchat.select import estimate as est
+    from pocketchat.select.report import format_recommendation, llama_cpp_command
+
+    profile = load_profile(PROFILES / "linux-12gb-nvidia-32gb.json")
+    rec = fit.plan(profile, catalog.builds())
+    best = rec.recommended
+    plan = best.plan
+    assert best.build.quant == "Q4_K_M" and plan.n_gpu_layers == -1
+    assert not plan.cpu_moe and 0 < plan.n_cpu_moe < 40
+    need = est.memory_need(best.build, plan.n_ctx, on_gpu=True)
+    on_gpu, on_ram = est.split_experts(need, best.build, plan.n_cpu_moe)
+    assert on_gpu <= fit.gpu_budget(fit.main_gpu(profile), profile)
+    assert on_ram <= fit.cpu_budget(profile)
+    # One layer fewer in RAM would not fit the GPU: N is the fewest.
+    assert est.split_experts(need, best.build, plan.n_cpu_moe - 1)[0] > fit.gpu_budget(fit.main_gpu(profile), profile)
+    n = plan.n_cpu_moe
+    assert f"--n-cpu-moe {n}" in llama_cpp_command(best)
+    assert f"experts of the first {n} layers on CPU" in format_recommendation(rec)
+    # More VRAM, fewer expert layers in RAM; a small card keeps all of them there.
+    assert recommend("linux-24gb-nvidia-32gb").recommended.plan.placement == "gpu"
 
 
 def test_threads_are_physical_cores_capped_at_32():

@@ -79,3 +79,21 @@ def test_tiny_moe_loads_generates_and_the_override_is_applied(tiny_moe, cpu_moe)
         assert "".join(c.text + c.thinking for c in chunks)
     finally:
         eng.close()
+
+
+def test_n_cpu_moe_keeps_only_the_first_layers_experts_in_ram(tiny_moe):
+    """--n-cpu-moe 1: llama.cpp places the experts of layer 0 by the override, layer 1's not."""
+    from dataclasses import replace
+
+    from pocketchat.engines.llamacpp.load import load_llama
+    from pocketchat.modelfile.gguf import check_gguf
+
+    plan = replace(llama_plan(256), placement="gpu+cpu-experts", n_cpu_moe=1)
+    loaded = load_llama(plan, tiny_moe, check_gguf(tiny_moe))
+    try:
+        assert loaded.overrides is not None and loaded.overrides.patterns == moe.expert_patterns(1)
+        assert set(loaded.overridden) == {f"blk.0.ffn_{k}_exps.weight" for k in ("up", "down", "gate")}
+        out = loaded.llm.create_completion("hello", max_tokens=4)
+        assert out["choices"][0]["text"] is not None
+    finally:
+        loaded.llm.close()

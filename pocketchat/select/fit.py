@@ -97,6 +97,7 @@ class Fit:
     memory: int  # total bytes the build needs
     fits: bool
     where: str  # human text: the budget it was measured against
+    n_cpu_moe: int = 0  # expert layers kept in RAM (the first N); with cpu_moe, all of them
 
 
 def placements(build: Build, profile: HardwareProfile, n_ctx: int, backend: str | None) -> list[Fit]:
@@ -115,18 +116,36 @@ def placements(build: Build, profile: HardwareProfile, n_ctx: int, backend: str 
         return options
     offload_ok = profile.llama_gpu_offload is not False
     if gpu is not None and offload_ok:
-        budget = gpu_budget(gpu, profile)
-        label = "Metal budget" if gpu.vendor == "apple" else f"free on the {gpu.name}"
-        options.append(Fit("gpu", -1, False, total, total <= budget, f"{fmt_gb(budget)} {label}"))
-        if gpu.vendor != "apple" and build.expert_fraction > 0:
-            on_gpu, on_ram = est.split_experts(need, build)
-            ok = on_gpu <= budget and on_ram <= ram
-            options.append(Fit("gpu+cpu-experts", -1, True, total, ok,
-                               f"{fmt_gb(on_gpu)} of {fmt_gb(budget)} VRAM + "
-                               f"{fmt_gb(on_ram)} of {fmt_gb(ram)} RAM"))
+        options += _gpu_options(build, profile, gpu, n_ctx, ram)
     options.append(Fit("cpu", 0, False, total, total <= ram,
                        f"{fmt_gb(ram)} of RAM free after a {fmt_gb(ram_reserve(profile))} reserve"))
     return options
+
+
+def _gpu_options(build: Build, profile: HardwareProfile, gpu: GPU, n_ctx: int, ram: int) -> list[Fit]:
+    """All layers on the GPU; else the fewest expert layers in RAM that make the rest fit."""
+    budget = gpu_budget(gpu, profile)
+    label = "Metal budget" if gpu.vendor == "apple" else f"free on the {gpu.name}"
+    need = est.memory_need(build, n_ctx, on_gpu=True)
+    vram = need.total - need.overhead
+    options = [Fit("gpu", -1, False, need.total, vram <= budget and need.overhead <= ram,
+                   f"{fmt_gb(budget)} {label}")]
+    layers = est.expert_layer_count(build)
+    if gpu.vendor == "apple" or layers == 0 or options[0].fits:
+        return options
+
+    def split(n: int) -> Fit:
+        on_gpu, on_ram = est.split_experts(need, build, n)
+        where = (f"{fmt_gb(budget)} VRAM ({fmt_gb(on_gpu)} used) + {fmt_gb(ram)} RAM ({fmt_gb(on_ram)} used)"
+                 + ("" if n == layers else f"; the experts of {n} of {layers} layers in RAM"))
+        return Fit("gpu+cpu-experts", -1, n == layers, on_gpu + on_ram, on_gpu <= budget and on_ram <= ram,
+                   where, n_cpu_moe=n)
+
+    # VRAM use falls as n grows: the first n whose GPU part fits (its RAM part is judged too).
+    for n in range(1, layers + 1):
+        if est.split_experts(need, build, n)[0] <= budget:
+            return options + [split(n)]
+    return options + [split(layers)]
 
 
 def choose_fit(build: Build, profile: HardwareProfile, n_ctx: int, backend: str | None) -> Fit | None:
@@ -159,6 +178,7 @@ def make_plan(build: Build, fit: Fit, n_ctx: int, profile: HardwareProfile,
         n_threads=threads,
         n_threads_batch=threads,
         cpu_moe=fit.cpu_moe,
+        n_cpu_moe=fit.n_cpu_moe,
         flash_attn=fit.placement != "cpu",
         sampling=sampling or Sampling(),
         notes=notes,
@@ -199,7 +219,8 @@ def judge(build: Build, profile: HardwareProfile, *, lang: str = "en", n_ctx: in
     gpu = main_gpu(profile)
     speed = (
         est.decode_tok_s(build, fit.placement, cpu_bandwidth_gbps=profile.memory_bandwidth_gbps,
-                         threads=threads or default_threads(profile), gpu=gpu)
+                         threads=threads or default_threads(profile), gpu=gpu,
+                         n_cpu_moe=fit.n_cpu_moe or None)
         if fit else None
     )
     fits = fit is not None and not disk_short

@@ -34,6 +34,8 @@ def llama_cpp_command(c: Candidate) -> str | None:
     cmd = f"llama-server -hf {c.build.repo_id}:{quant} -c {p.n_ctx} -t {p.n_threads} -ngl {99 if p.n_gpu_layers < 0 else p.n_gpu_layers}"
     if p.cpu_moe:
         cmd += " --cpu-moe"
+    elif p.n_cpu_moe:
+        cmd += f" --n-cpu-moe {p.n_cpu_moe}"
     return cmd
 
 

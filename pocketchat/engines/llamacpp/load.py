@@ -126,6 +126,8 @@ def load_llama(plan: LoadPlan, path: Path, info: GGUFInfo, *,
     overrides = None
     if plan.cpu_moe and info.expert_tensors:
         overrides = moe.cpu_expert_overrides(llama_cpp)
+    elif plan.n_cpu_moe > 0 and info.expert_tensors:  # --n-cpu-moe N: the first N layers' experts
+        overrides = moe.cpu_expert_overrides(llama_cpp, plan.n_cpu_moe)
     kv = plan.kv_type.lower()
     if kv not in KV_TYPES:
         raise EngineError(f"unknown KV cache type {plan.kv_type!r}; use one of {', '.join(KV_TYPES)}")
