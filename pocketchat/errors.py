@@ -95,6 +95,13 @@ class ModelTooLarge(PocketchatError, MemoryError):
     """A model that does not fit the memory it is about to be loaded into."""
 
 
+class UnsupportedModel(PocketchatError, ValueError):
+    """A model whose architecture the installed runtime cannot load."""
+
+    hint = ("Update llama-cpp-python (pip install -U llama-cpp-python) to a version that knows it, "
+            "or pick another model.")
+
+
 class EngineCrashed(PocketchatError, RuntimeError):
     """The runtime's worker process died (abort, segfault, out-of-memory kill)."""
 

@@ -209,8 +209,12 @@ def ensure(
     confirm: Confirm | None = None,
     progress: Progress | None = None,
     options: DownloadOptions | None = None,
+    vet: fetcher.Vet | None = None,
 ) -> Path:
     """The local path of the verified model, downloading (with resume) what is missing.
+
+    `vet(model, facts)` sees a GGUF's header (read over HTTP Range) before the download and may
+    refuse it by raising.
 
     Offline (argument, settings, or the Hub unreachable) makes no network call and fails with
     OfflineError, listing what is on disk, when the model is not there."""
@@ -230,7 +234,8 @@ def ensure(
     except HubUnreachable as exc:
         raise _offline_error(s.text, exc.message, hint=exc.hint if "answers are not" in exc.message else None) from None
     try:
-        return fetcher.fetch_model(rm, confirm=confirm, progress=progress, options=options or DownloadOptions())
+        return fetcher.fetch_model(rm, confirm=confirm, progress=progress,
+                                   options=options or DownloadOptions(), vet=vet)
     except OSError as exc:
         if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS) or isinstance(exc, PocketchatError):
             raise

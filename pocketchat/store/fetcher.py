@@ -6,6 +6,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pocketchat.errors import DiskFull, DownloadDeclined
 from pocketchat.paths import settings
@@ -15,7 +16,13 @@ from pocketchat.store.ondisk import path_of, verify_present
 from pocketchat.store.types import DownloadPlan, DownloadProgress, ResolvedModel, human_bytes
 from pocketchat.types import GB, MiB
 
+if TYPE_CHECKING:
+    from pocketchat.modelfile.facts import ModelFacts
+
 Progress = Callable[[DownloadProgress], None]
+# Called with the model and its header's facts (read over HTTP Range) before any byte of the
+# file is fetched; raises to refuse the download (unknown architecture, does not fit).
+Vet = Callable[[ResolvedModel, "ModelFacts"], None]
 
 
 def _partial_bytes(repo_id: str, etag: str | None, size: int | None) -> int:
@@ -28,12 +35,21 @@ def _partial_bytes(repo_id: str, etag: str | None, size: int | None) -> int:
     return min(have, size) if size is not None else have
 
 
-def fetch_model(rm: ResolvedModel, *, confirm, progress, options: DownloadOptions) -> Path:
-    """Fetch the files of an online-resolved model that are not on disk; return its path."""
+def fetch_model(rm: ResolvedModel, *, confirm, progress, options: DownloadOptions,
+                vet: Vet | None = None) -> Path:
+    """Fetch the files of an online-resolved model that are not on disk; return its path.
+
+    With `vet`, a GGUF's header is read first (a few MB) and `vet` may refuse the download."""
     repo, commit = rm.repo_id, rm.commit
     missing = [f for f in rm.files if not cache.pointer_path(repo, commit, f.path).is_file()]
     to_fetch = [f for f in missing if not (f.etag and cache.blob_path(repo, f.etag).exists())]
     total = sum(f.size or 0 for f in rm.files)
+    if to_fetch and vet is not None:
+        from pocketchat.store.header import remote_facts
+
+        facts = remote_facts(rm)
+        if facts is not None:
+            vet(rm, facts)
     if to_fetch:
         fetch_total = sum(f.size or 0 for f in to_fetch)
         need = fetch_total - sum(_partial_bytes(repo, f.etag, f.size) for f in to_fetch)

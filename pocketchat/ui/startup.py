@@ -25,6 +25,7 @@ from pocketchat.errors import (
     NotWritable,
     NothingFits,
     OfflineError,
+    UnsupportedModel,
     UsageError,
 )
 from pocketchat.engines.types import Engine
@@ -47,6 +48,7 @@ FATAL_AT_START: tuple[type[BaseException], ...] = (
     AmbiguousModel,
     NothingFits,
     ModelTooLarge,  # restarting will not make it fit
+    UnsupportedModel,  # this llama.cpp cannot load its architecture
     GatedRepo,
     OfflineError,  # offline and the starter model declined
     DownloadDeclined,  # the user said no to the download

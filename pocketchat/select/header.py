@@ -1,0 +1,68 @@
+"""Plans for a model known by its GGUF header (a local file, or a file read over HTTP Range).
+
+`build_from_facts` makes the catalog-style `Build` the planner works on, carrying the facts so
+every estimate uses them; `check_fits` refuses, with the figures, a model that fits no
+placement of this machine even at the smallest context; `memory_table` is `pocketchat
+inspect`'s table of memory per context size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pocketchat.errors import ModelTooLarge
+from pocketchat.modelfile.facts import ModelFacts
+from pocketchat.select import estimate as est
+from pocketchat.select import fit
+from pocketchat.select.estimate import MemoryNeed, fmt_gb
+from pocketchat.types import Build, HardwareProfile
+
+TABLE_CTX = (2048, 8192, 32768, 131072)
+
+
+def build_from_facts(facts: ModelFacts, name: str, *, repo_id: str = "", filename: str | None = None,
+                     quant: str = "?") -> Build:
+    """A `Build` for a model outside the catalog, its estimates made from its header."""
+    weights = max(facts.weight_bytes, 1)
+    return Build(
+        id=name, repo_id=repo_id, filename=filename, quant=quant, format="gguf",
+        size_bytes=facts.file_bytes, bits_per_weight=0.0, language="multi",
+        quality={"en": 1.0, "ko": 1.0}, total_params=1.0, active_params=facts.active_bytes / weights,
+        expert_fraction=facts.expert_bytes / weights, n_experts=max(facts.expert_count, 1),
+        facts=facts,
+    )
+
+
+def check_fits(facts: ModelFacts, profile: HardwareProfile, name: str,
+               backend: str = "llama.cpp") -> fit.Fit:
+    """The fastest placement at the smallest context; ModelTooLarge when none fits."""
+    build = build_from_facts(facts, name)
+    found = fit.choose_fit(build, profile, fit.MIN_CTX, backend)
+    if found is not None:
+        return found
+    options = fit.placements(build, profile, fit.MIN_CTX, backend)
+    where = options[-1].where if options else "no backend can run it here"
+    need = est.memory_need(build, fit.MIN_CTX)
+    raise ModelTooLarge(
+        f"{name} does not fit this machine: it needs about {fmt_gb(need.total)} even at "
+        f"{fit.MIN_CTX} context ({fmt_gb(need.weights)} of weights), and only {where}; "
+        "nothing was downloaded",
+        hint="Pick a smaller quantization or model (`pocketchat --recommend` lists the builds that fit).",
+    )
+
+
+@dataclass(frozen=True)
+class TableRow:
+    n_ctx: int
+    need: MemoryNeed
+    placement: fit.Fit | None
+
+
+def memory_table(facts: ModelFacts, profile: HardwareProfile, name: str,
+                 sizes: tuple[int, ...] = TABLE_CTX) -> list[TableRow]:
+    """Memory per context size (up to the trained context) and the placement that fits, if any."""
+    build = build_from_facts(facts, name)
+    limit = facts.context_length or max(sizes)
+    ctxs = sorted({c for c in sizes if c <= limit} | ({limit} if limit < max(sizes) else set()))
+    return [TableRow(c, est.memory_need(build, c), fit.choose_fit(build, profile, c, "llama.cpp"))
+            for c in ctxs]
