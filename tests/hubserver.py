@@ -35,8 +35,13 @@ class HubFile:
     data: bytes | None = None
     source: Path | None = None  # big files (benchmarks) are served from disk
     lfs: bool = True
+    # (sha256, git sha1) given instead of hashed: a huge sparse file that is never downloaded whole
+    hashes: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
+        if self.hashes is not None:
+            self.sha256, self.git_sha1 = self.hashes
+            return
         h256, h1 = hashlib.sha256(), hashlib.sha1()
         h1.update(b"blob %d\0" % self.size)
         for block in self.blocks(0, self.size):
@@ -122,12 +127,15 @@ class HubServer:
         self._thread: threading.Thread | None = None
 
     # -- content ----------------------------------------------------------------------------
-    def add_repo(self, repo_id: str, files: dict[str, bytes | Path], *, commit: str | None = None) -> Repo:
+    def add_repo(self, repo_id: str, files: dict[str, bytes | Path | HubFile], *,
+                 commit: str | None = None) -> Repo:
         commit = commit or hashlib.sha1(repo_id.encode() + str(len(self.repos)).encode()).hexdigest()
         hub_files = {}
         for path, content in files.items():
             lfs = path.lower().endswith(LFS_SUFFIXES)
-            if isinstance(content, Path):
+            if isinstance(content, HubFile):
+                hub_files[path] = content
+            elif isinstance(content, Path):
                 hub_files[path] = HubFile(path, source=content, lfs=lfs)
             else:
                 hub_files[path] = HubFile(path, data=bytes(content), lfs=lfs)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pocketchat.commands.selection import STARTER, Selection
@@ -51,8 +51,43 @@ def _file_plan(sel: Selection, profile: HardwareProfile, path: Path, name: str, 
         kind = "an MLX folder" if backend == "mlx" else "a GGUF file"
         raise UsageError(f"{name} is {kind}, which runs on {backend}, not on --backend {sel.backend}",
                      hint=f"Leave --backend out, or give a model made for {sel.backend}.")
+    facts = gguf_facts(path) if backend == "llama.cpp" else None
+    max_ctx = facts.context_length if facts is not None else trained_context(path)
     return fit.plan_for_file(profile, model_size(path), n_ctx=sel.ctx, backend=backend,
-                             max_ctx=trained_context(path), threads=sel.threads, name=name, **kw)
+                             max_ctx=max_ctx, threads=sel.threads, name=name, facts=facts, **kw)
+
+
+def gguf_facts(path: Path | None):
+    """The memory plan's facts from a GGUF file's header (None: not a readable GGUF)."""
+    from pocketchat.errors import PocketchatError
+    from pocketchat.modelfile.facts import facts_of
+    from pocketchat.modelfile.gguf import check_gguf
+
+    if path is None or not path.is_file():
+        return None
+    try:
+        return facts_of(check_gguf(path))
+    except PocketchatError:
+        return None  # the engine's own check reports a broken file when it loads it
+
+
+def download_vet(sel: Selection, profile: HardwareProfile | None = None):
+    """What the store runs on a GGUF's header (read over HTTP Range) before downloading it:
+    refuse an architecture this llama.cpp cannot load, or a model that cannot fit this machine
+    (`profile`, else the selection's, probed only when a header is read)."""
+
+    def vet(rm, facts) -> None:
+        from pocketchat.engines.llamacpp.arch import knows_arch
+        from pocketchat.errors import UnsupportedModel
+        from pocketchat.select.header import check_fits
+
+        if knows_arch(facts.arch) is False:
+            raise UnsupportedModel(
+                f"{rm.name} is a {facts.arch!r} model, an architecture the installed llama.cpp "
+                f"cannot load; nothing was downloaded")
+        check_fits(facts, profile or sel.profile(), rm.name)
+
+    return vet
 
 
 def trained_context(path: Path) -> int | None:
@@ -111,21 +146,28 @@ def choose_model(sel: Selection, *, confirm=None, progress=None) -> ModelChoice:
             build = None
         if build is None:  # REPO:QUANT or REPO/FILE
             resolved = store.resolve(spec, offline=sel.offline)
-            path = store.ensure(resolved, offline=sel.offline, confirm=confirm, progress=progress)
+            path = store.ensure(resolved, offline=sel.offline, confirm=confirm, progress=progress,
+                                vet=download_vet(sel, profile))
             return ModelChoice(name=path.name, path=path, plan=_file_plan(sel, profile, path, path.name))
+        local = store.local_path(build)
+        facts = gguf_facts(local) if build.format == "gguf" else None
+        if facts is not None:  # on disk: plan from its own header, not the catalog's figures
+            build = replace(build, facts=facts)
         cand = fit.judge(build, profile, lang=sel.lang, n_ctx=sel.ctx, backend=sel.backend,
-                         threads=sel.threads, downloaded=store.local_path(build) is not None, forced=True)
+                         threads=sel.threads, downloaded=local is not None, forced=True)
         if cand.plan is None:
             raise ModelTooLarge(f"{build.id} does not fit this machine: {cand.reason}",
                                 hint="Run `pocketchat --recommend` to see the builds that fit.")
-        path = store.ensure(build, offline=sel.offline, confirm=confirm, progress=progress)
+        path = store.ensure(build, offline=sel.offline, confirm=confirm, progress=progress,
+                            vet=download_vet(sel, profile))
         return ModelChoice(name=build.id, path=path, plan=cand.plan, build=build)
 
     rec = recommend(sel, profile)
     if rec.recommended is None or rec.recommended.plan is None:
         raise nothing_fits(rec)
     build = rec.recommended.build
-    path = store.ensure(build, offline=sel.offline, confirm=confirm, progress=progress)
+    path = store.ensure(build, offline=sel.offline, confirm=confirm, progress=progress,
+                        vet=download_vet(sel, profile))
     return ModelChoice(name=build.id, path=path, plan=rec.recommended.plan, build=build, recommendation=rec)
 
 

@@ -115,6 +115,7 @@ def make_confirm(yes: bool, stdin: TextIO | None = None, stream: TextIO | None =
 
 
 def run(args: argparse.Namespace) -> int:
+    from pocketchat.commands.common import download_vet
     from pocketchat.store import api as store
 
     sel = Selection.from_args(args)
@@ -133,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         options = store.DownloadOptions(stall_timeout_s=max(args.stall_timeout, 0.1))
         path = store.ensure(spec, offline=sel.offline, confirm=make_confirm(sel.yes), progress=progress,
-                            options=options)
+                            options=options, vet=download_vet(sel))
     finally:
         progress.finish()
     print(visible(str(path)))

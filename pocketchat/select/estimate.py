@@ -159,6 +159,19 @@ def pocket_facts(build: Build) -> ModelFacts:
     )
 
 
+def build_from_facts(facts: ModelFacts, name: str, *, repo_id: str = "", filename: str | None = None,
+                     quant: str = "?") -> Build:
+    """A `Build` for a model outside the catalog, its estimates made from its header."""
+    weights = max(facts.weight_bytes, 1)
+    return Build(
+        id=name, repo_id=repo_id, filename=filename, quant=quant, format="gguf",
+        size_bytes=facts.file_bytes, bits_per_weight=0.0, language="multi",
+        quality={"en": 1.0, "ko": 1.0}, total_params=1.0, active_params=facts.active_bytes / weights,
+        expert_fraction=facts.expert_bytes / weights, n_experts=max(facts.expert_count, 1),
+        facts=facts,
+    )
+
+
 def memory_need(build: Build, n_ctx: int, *, kv_bytes_per_token: int = KV_BYTES_PER_TOKEN,
                 on_gpu: bool = False) -> MemoryNeed:
     """Weights + KV cache + recurrent state + compute buffers + runtime overhead."""

@@ -7,6 +7,7 @@ from typing import Iterable
 
 from pocketchat.errors import ModelTooLarge, UsageError
 from pocketchat.select import estimate as est
+from pocketchat.modelfile.facts import ModelFacts
 from pocketchat.select.estimate import fmt_gb
 from pocketchat.types import GPU, GiB, Build, Candidate, HardwareProfile, LoadPlan, Recommendation, Sampling
 
@@ -298,13 +299,17 @@ def hardware_notes(profile: HardwareProfile) -> tuple[str, ...]:
 def plan_for_file(profile: HardwareProfile, size_bytes: int, *, n_ctx: int | None = None,
                   backend: str = "llama.cpp", max_ctx: int | None = None,
                   sampling: Sampling | None = None, threads: int | None = None,
-                  name: str = "model") -> LoadPlan:
+                  name: str = "model", facts: ModelFacts | None = None) -> LoadPlan:
     """A load plan for a model outside the catalog (a local file, the starter model);
-    `max_ctx` is the context the model was trained for, when its header says."""
+    `max_ctx` is the context the model was trained for, when its header says; `facts`, the
+    GGUF header's facts, make the estimate exact for this model."""
     check_request(n_ctx=n_ctx, threads=threads)
-    build = Build(id=name, repo_id="", filename=name, quant="?", format="mlx" if backend == "mlx" else "gguf",
-                  size_bytes=size_bytes, bits_per_weight=0.0, total_params=1.0, active_params=1.0,
-                  expert_fraction=0.0, n_experts=1)
+    if facts is not None and backend != "mlx":
+        build = est.build_from_facts(facts, name, filename=name)
+    else:
+        build = Build(id=name, repo_id="", filename=name, quant="?", format="mlx" if backend == "mlx" else "gguf",
+                      size_bytes=size_bytes, bits_per_weight=0.0, total_params=1.0, active_params=1.0,
+                      expert_fraction=0.0, n_experts=1)
     steps, note = context_steps(n_ctx, max_ctx)
     for ctx in steps:
         fit = choose_fit(build, profile, ctx, backend)

@@ -1,7 +1,7 @@
 """Plans for a model known by its GGUF header (a local file, or a file read over HTTP Range).
 
-`build_from_facts` makes the catalog-style `Build` the planner works on, carrying the facts so
-every estimate uses them; `check_fits` refuses, with the figures, a model that fits no
+`estimate.build_from_facts` makes the catalog-style `Build` the planner works on, carrying the
+facts so every estimate uses them; `check_fits` refuses, with the figures, a model that fits no
 placement of this machine even at the smallest context; `memory_table` is `pocketchat
 inspect`'s table of memory per context size.
 """
@@ -14,23 +14,10 @@ from pocketchat.errors import ModelTooLarge
 from pocketchat.modelfile.facts import ModelFacts
 from pocketchat.select import estimate as est
 from pocketchat.select import fit
-from pocketchat.select.estimate import MemoryNeed, fmt_gb
-from pocketchat.types import Build, HardwareProfile
+from pocketchat.select.estimate import MemoryNeed, build_from_facts, fmt_gb
+from pocketchat.types import HardwareProfile
 
 TABLE_CTX = (2048, 8192, 32768, 131072)
-
-
-def build_from_facts(facts: ModelFacts, name: str, *, repo_id: str = "", filename: str | None = None,
-                     quant: str = "?") -> Build:
-    """A `Build` for a model outside the catalog, its estimates made from its header."""
-    weights = max(facts.weight_bytes, 1)
-    return Build(
-        id=name, repo_id=repo_id, filename=filename, quant=quant, format="gguf",
-        size_bytes=facts.file_bytes, bits_per_weight=0.0, language="multi",
-        quality={"en": 1.0, "ko": 1.0}, total_params=1.0, active_params=facts.active_bytes / weights,
-        expert_fraction=facts.expert_bytes / weights, n_experts=max(facts.expert_count, 1),
-        facts=facts,
-    )
 
 
 def check_fits(facts: ModelFacts, profile: HardwareProfile, name: str,

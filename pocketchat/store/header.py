@@ -20,6 +20,8 @@ FIRST_READ_BYTES = 1024 * 1024
 # Under 16 MB in all: POCKET's header (248k tokens and merges) is about 10 MB.
 MAX_HEADER_BYTES = 15 * 1024 * 1024
 READ_TIMEOUT_S = 30.0
+# A smaller file costs no more to fetch than its header: it is checked once on disk instead.
+CHECK_MIN_FILE_BYTES = 16 * 1024 * 1024
 
 
 def read_range(loc: hub.Location, start: int, end: int) -> bytes:
@@ -50,6 +52,8 @@ def remote_facts(rm: ResolvedModel) -> ModelFacts | None:
     """The header facts of a resolved GGUF on the Hub; None for MLX folders or when unknown."""
     f = rm.primary
     if f is None or not rm.repo_id or not rm.commit or not f.path.lower().endswith(".gguf"):
+        return None
+    if sum(x.size or 0 for x in rm.files) < CHECK_MIN_FILE_BYTES:
         return None
     loc = hub.locate(rm.repo_id, f.path, rm.commit)
     size = f.size or loc.size

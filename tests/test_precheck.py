@@ -1,0 +1,149 @@
+"""Before a download: the GGUF header over HTTP Range, the runtime's answer on the architecture,
+and the fit at the smallest context. A refusal costs a few MB of transfer, not the file."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hubserver import HubFile, hub  # noqa: F401  (fixture)
+
+from pocketchat import cli
+from pocketchat.cli import main
+from pocketchat.commands import chat
+from pocketchat.commands.selection import Selection
+from pocketchat.errors import ModelTooLarge, UnsupportedModel
+from pocketchat.store import cache
+from pocketchat.store.header import CHECK_MIN_FILE_BYTES
+
+MB16 = 16_000_000
+UNKNOWN = "tester/Frob-GGUF"
+HUGE = "tester/Huge-GGUF"
+NORMAL = "tester/Smol-GGUF"
+
+
+def header_only_gguf(path: Path, arch: str, tensors: dict[str, tuple[int, ...]]) -> Path:
+    """A GGUF header declaring F16 `tensors` (shape in numpy order), then zeros to the declared
+    end (a sparse file: the data is never written)."""
+    import gguf
+
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(1)
+    w.add_context_length(4096)
+    w.add_embedding_length(next(iter(tensors.values()))[-1])
+    w.add_head_count(8)
+    w.add_head_count_kv(8)
+    total = 0
+    for name, shape in tensors.items():
+        nbytes = int(np.prod(shape)) * 2
+        w.add_tensor_info(name, shape, np.dtype(np.float16), nbytes, raw_dtype=gguf.GGMLQuantizationType.F16)
+        total += -(-nbytes // 32) * 32
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    w.close()
+    header = -(-path.stat().st_size // 32) * 32
+    os.truncate(path, header + total)
+    return path
+
+
+@pytest.fixture
+def repos(hub, tmp_path):  # noqa: F811
+    # An architecture no llama.cpp knows, 24 MB (real bytes: hashed like any file).
+    frob = header_only_gguf(tmp_path / "frob.gguf", "frobnicator9", {"token_embd.weight": (3000, 4096)})
+    hub.add_repo(UNKNOWN, {"Frob-Q4_K_M.gguf": frob})
+    # A llama whose header declares 131 GB of weights (sparse on disk; never downloaded whole).
+    huge = header_only_gguf(tmp_path / "huge.gguf", "llama",
+                            {"token_embd.weight": (1_000_000, 65536), "blk.0.attn_k.weight": (512, 65536)})
+    hub.add_repo(HUGE, {"Huge-Q4_K_M.gguf": HubFile("Huge-Q4_K_M.gguf", source=huge,
+                                                     hashes=("0" * 64, "0" * 40))})
+    # A real model, bigger than the header budget: the starter GGUF.
+    from pocketchat.store.starter import starter_path
+
+    hub.add_repo(NORMAL, {"Smol-Q4_1.gguf": starter_path()})
+    hub.reset_counters()
+    return hub
+
+
+def test_the_header_is_read_from_the_first_bytes_only(repos):
+    from pocketchat.store import api as store
+    from pocketchat.store.header import remote_facts
+
+    facts = remote_facts(store.resolve(f"{HUGE}:Q4_K_M"))
+    assert facts.arch == "llama" and facts.weight_bytes > 130e9
+    assert facts.kv_layers == (0,)
+    assert repos.bytes_served <= 1024 * 1024
+    ranges = [h.get("Range") for verb, path, h in repos.requests if verb == "GET" and "/resolve/" in path]
+    assert ranges == ["bytes=0-1048575"]
+
+
+@pytest.mark.parametrize("repo, words", [
+    (UNKNOWN, ("'frobnicator9'", "architecture the installed llama.cpp cannot load")),
+    (HUGE, ("does not fit this machine", "at 2048 context")),
+])
+def test_pocketchat_download_refuses_before_the_file(repos, capsys, repo, words):
+    assert main(["download", f"{repo}:Q4_K_M", "--yes"]) == 1
+    err = capsys.readouterr().err
+    assert all(w in err for w in words), err
+    assert "nothing was downloaded" in err and "Traceback" not in err
+    assert err.count("error:") == 1
+    assert repos.bytes_served < MB16
+    assert not list(cache.repo_dir(repo).rglob("*.incomplete"))
+
+
+@pytest.mark.parametrize("repo, error", [(UNKNOWN, UnsupportedModel), (HUGE, ModelTooLarge)])
+def test_the_chats_download_step_refuses_too(repos, repo, error):
+    class Hooks:
+        questions: list[str] = []
+
+        def confirm(self, q):
+            self.questions.append(q)
+            return True
+
+        def status(self, text):
+            pass
+
+        def progress(self, *a, **k):
+            pass
+
+    args = cli._root_parser().parse_args(["--model", f"{repo}:Q4_K_M"])
+    session = chat.Session(Selection.from_args(args))
+    with pytest.raises(error) as info:
+        session.prepare(Hooks())
+    assert "nothing was downloaded" in info.value.message
+    assert Hooks.questions == []  # refused before asking to download
+    assert repos.bytes_served < MB16
+
+
+def test_a_normal_model_is_read_then_downloaded_and_verified(repos, capsys):
+    from pocketchat.store.starter import starter_path
+
+    size = starter_path().stat().st_size
+    assert size > CHECK_MIN_FILE_BYTES
+    assert main(["download", f"{NORMAL}:Q4_1", "--yes"]) == 0
+    path = Path(capsys.readouterr().out.strip())
+    assert path.stat().st_size == size
+    # The header read (SmolLM2's is 1.8 MB: the first MiB, then the next) plus the file, once.
+    assert size < repos.bytes_served <= size + 2 * 1024 * 1024
+    repos.reset_counters()
+    assert main(["download", f"{NORMAL}:Q4_1", "--yes"]) == 0  # on disk: nothing fetched
+    assert repos.bytes_served == 0
+
+
+def test_a_normal_model_resumes_after_the_check(repos, capsys):
+    from pocketchat.store import api as store
+    from pocketchat.store.starter import starter_path
+
+    data = starter_path().read_bytes()
+    rm = store.resolve(f"{NORMAL}:Q4_1")
+    partial = cache.partial_path(NORMAL, rm.files[0].etag)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    partial.write_bytes(data[: 40_000_000])
+    repos.reset_counters()
+    assert main(["download", f"{NORMAL}:Q4_1", "--yes"]) == 0
+    path = Path(capsys.readouterr().out.strip())
+    assert path.read_bytes() == data
+    assert repos.bytes_served <= len(data) - 40_000_000 + 2 * 1024 * 1024
