@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, str] = {
     "history": "history",
     "rpc-server": "rpc_server",
     "serve": "serve",
+    "inspect": "inspect",
 }
 
 

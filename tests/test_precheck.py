@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hubserver import HubFile, hub  # noqa: F401  (fixture)
+from tinyqwen35 import tiny_qwen35moe  # noqa: F401  (fixture)
 
 from pocketchat import cli
 from pocketchat.cli import main
@@ -147,3 +148,38 @@ def test_a_normal_model_resumes_after_the_check(repos, capsys):
     path = Path(capsys.readouterr().out.strip())
     assert path.read_bytes() == data
     assert repos.bytes_served <= len(data) - 40_000_000 + 2 * 1024 * 1024
+
+
+def test_inspect_a_local_file(capsys, tiny_qwen35moe):
+    import json
+
+    assert main(["inspect", str(tiny_qwen35moe)]) == 0
+    out = capsys.readouterr().out
+    assert "architecture: qwen35moe; runtime can load it: yes" in out
+    assert "1 with a KV cache, 3 recurrent" in out and "8 routed, 2 used per token" in out
+    assert "n_ctx" in out and "32768" in out and "on this machine: fits: CPU" in out
+    assert main(["inspect", str(tiny_qwen35moe), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["facts"]["kv_layers"] == [3] and data["runtime_knows_arch"] is True
+    assert [r["n_ctx"] for r in data["memory"]] == [2048, 8192, 32768]
+    assert data["plan"]["placement"] == "cpu"
+
+
+def test_inspect_on_the_hub_reads_only_the_header(repos, capsys):
+    import json
+
+    assert main(["inspect", f"{HUGE}:Q4_K_M", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["facts"]["weight_bytes"] > 130e9 and data["plan"] is None
+    assert "does not fit this machine" in data["verdict"]
+    assert all(r["placement"] is None for r in data["memory"])
+    assert repos.bytes_served <= 1024 * 1024
+    assert main(["inspect", f"{UNKNOWN}:Q4_K_M"]) == 0
+    assert "NO: this llama.cpp cannot load it" in capsys.readouterr().out
+    assert not list(cache.repo_dir(HUGE).rglob("*.gguf"))
+
+
+def test_inspect_offline_without_the_file_says_so(capsys):
+    assert main(["inspect", "POCKET-35B-Q4_K_M", "--offline", "--json",
+                 "--hardware", str(Path(__file__).parent / "profiles" / "linux-12gb-nvidia-32gb.json")]) == 1
+    assert "cannot read the header" in capsys.readouterr().err

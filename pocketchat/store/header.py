@@ -48,12 +48,13 @@ def read_range(loc: hub.Location, start: int, end: int) -> bytes:
         raise DownloadError(f"reading the model's header failed: {exc}") from None
 
 
-def remote_facts(rm: ResolvedModel) -> ModelFacts | None:
-    """The header facts of a resolved GGUF on the Hub; None for MLX folders or when unknown."""
+def remote_facts(rm: ResolvedModel, *, min_file_bytes: int = CHECK_MIN_FILE_BYTES) -> ModelFacts | None:
+    """The header facts of a resolved GGUF on the Hub; None for MLX folders, files smaller
+    than `min_file_bytes`, or when unknown."""
     f = rm.primary
     if f is None or not rm.repo_id or not rm.commit or not f.path.lower().endswith(".gguf"):
         return None
-    if sum(x.size or 0 for x in rm.files) < CHECK_MIN_FILE_BYTES:
+    if sum(x.size or 0 for x in rm.files) < min_file_bytes:
         return None
     loc = hub.locate(rm.repo_id, f.path, rm.commit)
     size = f.size or loc.size

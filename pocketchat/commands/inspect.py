@@ -1,0 +1,132 @@
+"""`pocketchat inspect MODEL`: what a GGUF's header says and what it needs here, without downloading it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from pocketchat.commands.selection import Selection, add_selection_args
+from pocketchat.textsafe import visible
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.description = ("Read a model's GGUF header (from disk, or the first MB over HTTP from the Hub) and "
+                     "show its architecture, the memory it needs per context size and how it fits this "
+                     "machine. Nothing is downloaded.")
+    p.add_argument("spec", metavar="MODEL", help="a build id, REPO:QUANT, REPO/FILE.gguf or a local .gguf file")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    add_selection_args(p, model=False)
+
+
+def read_facts(spec: str, offline: bool):
+    """(name, facts, where the header came from) for a local file, a model on disk, or the Hub."""
+    from pocketchat.commands.common import gguf_facts
+    from pocketchat.errors import CorruptModel, ModelNotFound
+    from pocketchat.modelfile.facts import facts_of
+    from pocketchat.modelfile.gguf import check_gguf
+    from pocketchat.store import api as store
+
+    path = Path(spec).expanduser()
+    if path.is_file():
+        return path.name, facts_of(check_gguf(path)), str(path.resolve())
+    if path.is_dir():
+        raise CorruptModel(f"{spec} is a folder; inspect reads GGUF files",
+                           hint="Give a .gguf file, a build id, REPO:QUANT or REPO/FILE.gguf.")
+    local = store.local_path(spec)
+    facts = gguf_facts(local) if local is not None else None
+    if facts is not None:
+        return spec, facts, str(local)
+    rm = store.resolve(spec, offline=offline)
+    if rm.format != "gguf" or rm.offline:
+        why = "an MLX folder" if rm.format != "gguf" else "not on disk, and the Hub was not asked (offline)"
+        raise ModelNotFound(f"cannot read the header of {spec}: {why}",
+                            hint="Inspect works on GGUF files, on disk or on the Hub.")
+    from pocketchat.store.header import remote_facts
+
+    facts = remote_facts(rm, min_file_bytes=0)
+    if facts is None:
+        raise ModelNotFound(f"cannot read the header of {spec} from the Hub")
+    return rm.name, facts, f"{rm.repo_id}/{rm.primary.path} (header read over HTTP)"
+
+
+def report(name: str, facts, where: str, sel: Selection) -> dict:
+    """Everything inspect shows, as plain data."""
+    from pocketchat.engines.llamacpp.arch import knows_arch
+    from pocketchat.errors import ModelTooLarge
+    from pocketchat.select import fit
+    from pocketchat.select.estimate import build_from_facts
+    from pocketchat.select.header import check_fits, memory_table
+
+    profile = sel.profile()
+    rows = memory_table(facts, profile, name)
+    build = build_from_facts(facts, name)
+    plan = None
+    try:
+        check_fits(facts, profile, name)
+        ctx, best = fit.choose_ctx(build, profile, sel.backend, sel.ctx, facts.context_length)
+        if best is not None:
+            plan = fit.make_plan(build, best, ctx, profile, threads=sel.threads)
+        verdict = (f"fits: {plan.describe()}; context {plan.n_ctx}" if plan
+                   else f"does not fit at --ctx {sel.ctx}")
+    except ModelTooLarge as exc:
+        verdict = exc.message
+    data = {k: v for k, v in asdict(facts).items()}
+    data.update(expert_bytes=facts.expert_bytes, other_bytes=facts.other_bytes,
+                kv_bytes_per_token_f16=facts.kv_bytes_per_token(), active_bytes=facts.active_bytes)
+    return {
+        "model": name, "source": where, "facts": data, "runtime_knows_arch": knows_arch(facts.arch),
+        "memory": [{"n_ctx": r.n_ctx, **asdict(r.need), "total": r.need.total,
+                    "placement": r.placement.placement if r.placement else None,
+                    "n_cpu_moe": r.placement.n_cpu_moe if r.placement else None} for r in rows],
+        "plan": asdict(plan) if plan else None, "verdict": verdict,
+    }
+
+
+def format_report(d: dict) -> str:
+    from pocketchat.store.types import human_bytes as fmt_gb
+
+    f = d["facts"]
+    kinds = f"{len(f['kv_layers'])} with a KV cache"
+    if f["recurrent_layers"]:
+        kinds += f", {len(f['recurrent_layers'])} recurrent ({fmt_gb(f['recurrent_state_bytes'])} of state)"
+    if f["swa_layers"]:
+        kinds += f", {len(f['swa_layers'])} of them sliding-window ({f['sliding_window']} tokens)"
+    known = {True: "yes", False: "NO: this llama.cpp cannot load it", None: "unknown (llama-cpp-python missing)"}
+    lines = [
+        f"{d['model']}  ({d['source']})",
+        f"  architecture: {f['arch']}; runtime can load it: {known[d['runtime_knows_arch']]}",
+        f"  layers: {f['block_count']} ({kinds})",
+        f"  attention: {f['n_head']} heads, KV heads {sorted(set(f['kv_heads'])) or '-'}, key/value length "
+        f"{f['key_length']}/{f['value_length']}; KV cache {fmt_gb(f['kv_bytes_per_token_f16'])} per token (F16)",
+        f"  context: {f['context_length'] or 'unknown'} trained; vocabulary {f['vocab_size']:,} tokens",
+        f"  weights: {fmt_gb(f['weight_bytes'])} (file {fmt_gb(f['file_bytes'])})",
+    ]
+    if f["expert_layer_bytes"]:
+        per = f["expert_bytes"] / max(len(f["expert_layer_bytes"]), 1)
+        lines.append(f"  experts: {f['expert_count']} routed, {f['expert_used_count']} used per token; "
+                     f"{fmt_gb(f['expert_bytes'])} in {len(f['expert_layer_bytes'])} layers ({fmt_gb(per)} each), "
+                     f"{fmt_gb(f['other_bytes'])} the rest; {fmt_gb(f['active_bytes'])} read per token")
+    lines += ["", "  memory needed (estimate, loaded on the CPU; placement: the fastest that fits here)", "  " + "  ".join(h.rjust(w) for h, w in zip(
+        ("n_ctx", "weights", "KV", "state", "compute", "runtime", "total", "placement"), (7, 10, 10, 10, 10, 10, 10, 22)))]
+    for r in d["memory"]:
+        place = r["placement"] or "does not fit"
+        if r["placement"] == "gpu+cpu-experts" and r["n_cpu_moe"]:
+            place += f" ({r['n_cpu_moe']} in RAM)"
+        lines.append("  " + "  ".join(c.rjust(w) for c, w in zip(
+            (str(r["n_ctx"]), fmt_gb(r["weights"]), fmt_gb(r["kv_cache"]), fmt_gb(r["state"]),
+             fmt_gb(r["compute"]), fmt_gb(r["overhead"]), fmt_gb(r["total"]), place), (7, 10, 10, 10, 10, 10, 10, 22))))
+    lines += ["", f"  on this machine: {d['verdict']}"]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    sel = Selection.from_args(args)
+    name, facts, where = read_facts(args.spec, sel.offline)
+    data = report(name, facts, where, sel)
+    if args.json:
+        print(json.dumps(data, indent=1))
+    else:
+        print(visible(format_report(data)))
+    return 0
