@@ -175,6 +175,7 @@ class Candidate:
     score: float = 0.0
     eligible: bool = True
     downloaded: bool = False
+    speed_source: str = "estimate"  # or "measured", or a calibrated estimate
 
     def to_json(self) -> dict[str, Any]:
         b, p = self.build, self.plan
@@ -199,6 +200,7 @@ class Candidate:
                 if self.estimated_decode_tok_s is not None
                 else None
             ),
+            "speed_source": self.speed_source,
             "fits": self.fits,
             "eligible": self.eligible,
             "downloaded": self.downloaded,

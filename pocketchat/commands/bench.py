@@ -130,6 +130,8 @@ def run(args: argparse.Namespace) -> int:
             runs.append((alone, *_measure(alone, choice, args)))
     from pocketchat.commands.common import model_size
 
+    if not plan.rpc_servers:  # the estimate models this machine alone
+        record_speed(choice, sel, runs[0][2][-1].mean)
     size = model_size(choice.path)
     if args.json:
         print(json.dumps(_json(choice, size, args, runs[0]) | {
@@ -169,13 +171,38 @@ def _json(choice, size: int, args: argparse.Namespace, run) -> dict:
         "placement_detail": info.placement,
         "n_threads": plan.n_threads, "n_threads_batch": plan.n_threads_batch,
         "n_gpu_layers": plan.n_gpu_layers, "n_ctx": info.n_ctx, "cpu_moe": plan.cpu_moe,
-        "flash_attn": plan.flash_attn, "kv_type": plan.kv_type,
+        "n_cpu_moe": plan.n_cpu_moe, "flash_attn": plan.flash_attn, "kv_type": plan.kv_type,
         "rpc_servers": list(plan.rpc_servers), "rpc_layers": list(plan.rpc_layers),
         "worker": not args.in_process,
         "results": [{"test": r.test, "tokens": r.tokens, "tok_s": round(r.mean, 2),
                      "stdev": round(r.stdev, 2), "runs": [round(x, 2) for x in r.tok_s]}
                     for r in results],
     }
+
+
+def record_speed(choice, sel, tok_s: float) -> None:
+    """Keep the measured generation speed next to the estimate, for --recommend's ranking."""
+    from pocketchat.commands.common import gguf_facts
+    from pocketchat.paths import settings
+    from pocketchat.select import estimate as est
+    from pocketchat.select import fit, measured
+
+    if tok_s <= 0 or sel.hardware is not None:
+        return
+    plan = choice.plan
+    build = choice.build
+    if build is None:
+        facts = gguf_facts(choice.path)
+        if facts is None:
+            return
+        build = est.build_from_facts(facts, choice.name)
+    profile = sel.profile()
+    estimate = est.decode_tok_s(build, plan.placement, cpu_bandwidth_gbps=profile.memory_bandwidth_gbps,
+                                threads=plan.n_threads, gpu=fit.main_gpu(profile),
+                                n_cpu_moe=plan.n_cpu_moe or None)
+    measured.save(settings().cache_dir, measured.SpeedRecord(
+        model=build.id, placement=plan.placement, measured_tok_s=round(tok_s, 2),
+        estimated_tok_s=round(estimate, 2), machine=measured.machine_key(profile), n_threads=plan.n_threads))
 
 
 def _table(name: str, size: int | None, runs) -> str:

@@ -9,6 +9,7 @@ from pocketchat.errors import ModelTooLarge, UsageError
 from pocketchat.select import estimate as est
 from pocketchat.modelfile.facts import ModelFacts
 from pocketchat.select.estimate import fmt_gb
+from pocketchat.select.measured import Calibration
 from pocketchat.types import GPU, GiB, Build, Candidate, HardwareProfile, LoadPlan, Recommendation, Sampling
 
 # The one owner of the context size and thread count: every plan gets them from here.
@@ -205,8 +206,10 @@ def eligibility(build: Build, profile: HardwareProfile, lang: str, backend: str 
 
 def judge(build: Build, profile: HardwareProfile, *, lang: str = "en", n_ctx: int | None = None,
           backend: str | None = None, downloaded: bool = False, forced: bool = False,
-          threads: int | None = None) -> Candidate:
-    """One build against one machine: does it fit, how to load it, and a one-line reason."""
+          threads: int | None = None, speeds: Calibration | None = None) -> Candidate:
+    """One build against one machine: does it fit, how to load it, and a one-line reason.
+
+    `speeds`: this machine's measured runs (a measured figure, or calibrated estimates)."""
     why_not = None if forced else eligibility(build, profile, lang, backend)
     ctx, fit = choose_ctx(build, profile, backend, n_ctx)
     options = placements(build, profile, ctx, backend)
@@ -224,6 +227,9 @@ def judge(build: Build, profile: HardwareProfile, *, lang: str = "en", n_ctx: in
                          n_cpu_moe=fit.n_cpu_moe or None)
         if fit else None
     )
+    label = "estimate"
+    if speed is not None and speeds is not None:
+        speed, label = speeds.speed(build.id, fit.placement, speed)
     fits = fit is not None and not disk_short
     if fit is None:
         if not options:
@@ -235,7 +241,7 @@ def judge(build: Build, profile: HardwareProfile, *, lang: str = "en", n_ctx: in
         reason = (f"needs {fmt_gb(build.size_bytes + DISK_MARGIN_BYTES)} of free disk to download; "
                   f"{fmt_gb(profile.disk_free_bytes or 0)} free")
     else:
-        reason = f"fits: {fmt_gb(fit.memory)} of {fit.where}; ~{speed:.0f} tok/s (estimate)"
+        reason = f"fits: {fmt_gb(fit.memory)} of {fit.where}; ~{speed:.0f} tok/s ({label})"
         if lang == "ko" and build.quant == "IQ1_M":
             reason += "; IQ1_M hurts Korean about 2.8x more than English"
     if why_not:
@@ -248,16 +254,17 @@ def judge(build: Build, profile: HardwareProfile, *, lang: str = "en", n_ctx: in
         reason += "; too slow to chat comfortably"
     return Candidate(build=build, fits=fits, plan=plan, estimated_memory_bytes=memory,
                      estimated_decode_tok_s=speed, reason=reason, score=score,
-                     eligible=why_not is None, downloaded=downloaded)
+                     eligible=why_not is None, downloaded=downloaded, speed_source=label)
 
 
 def plan(profile: HardwareProfile, builds: Iterable[Build], *, lang: str = "en",
          n_ctx: int | None = None, backend: str | None = None, threads: int | None = None,
-         downloaded: frozenset[str] | set[str] = frozenset()) -> Recommendation:
+         downloaded: frozenset[str] | set[str] = frozenset(),
+         speeds: Calibration | None = None) -> Recommendation:
     """Rank every build for this machine; the recommendation is the best-scoring one that fits."""
     check_request(lang=lang, n_ctx=n_ctx, threads=threads)
     cands = [judge(b, profile, lang=lang, n_ctx=n_ctx, backend=backend, threads=threads,
-                   downloaded=b.id in downloaded)
+                   downloaded=b.id in downloaded, speeds=speeds)
              for b in builds]
     usable = [c for c in cands if c.fits and c.eligible]
     best = max(usable, key=lambda c: (c.score, c.estimated_decode_tok_s or 0.0), default=None)

@@ -49,7 +49,7 @@ def format_recommendation(rec: Recommendation) -> str:
     if r is not None and r.plan is not None:
         lines.append(f"Recommended: {r.build.id} ({fmt_gb(r.build.size_bytes)}, {r.build.quant}, {r.build.backend})")
         lines.append(f"  placement: {r.plan.describe()}; context {r.plan.n_ctx}; "
-                     f"~{r.estimated_decode_tok_s:.0f} tok/s (estimate)")
+                     f"~{r.estimated_decode_tok_s:.0f} tok/s ({r.speed_source})")
         lines += _wrap(f"  why: {r.reason}", "       ")
         lines.append(f"  run:  {run_command(r, rec.lang)}")
         stock = llama_cpp_command(r)
@@ -82,6 +82,9 @@ def format_recommendation(rec: Recommendation) -> str:
     else:
         bandwidth = f"the default {DEFAULT_CPU_GBPS:.0f} GB/s memory bandwidth (not measured)"
     lines.append(f"Memory and speed are estimates (weights + KV cache + buffers; {bandwidth}).")
+    if any(c.speed_source != "estimate" for c in rec.candidates):
+        lines.append("A speed marked measured comes from `pocketchat bench` on this machine; the "
+                     "others are scaled by how far the estimate was off there.")
     return "\n".join(lines)
 
 
