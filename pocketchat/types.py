@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
-
-if TYPE_CHECKING:
-    from pocketchat.modelfile.facts import ModelFacts
+from typing import Any, Literal
 
 GiB = 1024**3
 MiB = 1024**2
@@ -82,8 +79,9 @@ class Build:
     n_experts: int = 256
     description: str = ""
     verified: bool = True
-    # What the file's header says (read from disk or over HTTP); None: the catalog's constants.
-    facts: "ModelFacts | None" = field(default=None, compare=False, repr=False)
+    # What the file's header says (a modelfile.facts.ModelFacts, read from disk or over HTTP);
+    # None: the catalog's constants. Typed loosely: types.py imports nothing of pocketchat.
+    facts: Any = field(default=None, compare=False, repr=False)
 
     @property
     def backend(self) -> Backend:
