@@ -25,6 +25,7 @@ def hwm():
             yield line.split()[0][:-1], int(line.split()[1]) * 1024
 base = dict(hwm())
 info = check_gguf(path)
+n_ctx = min(n_ctx, info.context_length or n_ctx)  # the planner clamps to the trained context
 plan = LoadPlan("llama.cpp", "cpu", 0, n_ctx, threads, threads)
 loaded = load_llama(plan, path, info)
 text = loaded.llm.create_chat_completion([{"role": "user", "content": "Say hello in five words."}],
