@@ -121,15 +121,17 @@ def terminal_mode(a: argparse.Namespace) -> None:
     """The app in tmux vs `pocketchat bench`: a normal and a long answer (figures as they come)."""
     import terminal
 
-    extra: list[str] = []  # the chat has no --threads yet: the tmux mode uses the plan's
-    print(f"real terminal: the starter model, ctx {a.ctx}, {a.runs} runs (+1 warm-up) alternating "
-          f"with `pocketchat bench -n N -r 1`", flush=True)
+    variants = {"app": ["--ui-nice", "0"]}
+    for step in a.ui_nice:
+        variants[f"app, UI nice +{step}"] = ["--ui-nice", str(step)]
+    print(f"real terminal: the starter model, ctx {a.ctx}, {a.runs} runs (+1 warm-up); each round "
+          f"`pocketchat bench -n N -r 1`, then one answer of each: {', '.join(variants)}", flush=True)
     print(terminal.HEADER, flush=True)
     long_ctx = max(a.ctx, a.long + 512)
     for tokens, runs, ctx in ((a.tokens, a.runs, a.ctx), (a.long, a.long_runs or a.runs, long_ctx)):
         if tokens > 0 and runs > 0:
-            series = terminal.measure(tokens, runs, ctx, extra)
-            print(series.row(f"{tokens} tokens"), flush=True)
+            for label, series in terminal.measure(tokens, runs, ctx, variants).items():
+                print(series.row(f"{tokens} tok, {label}"), flush=True)
 
 
 def main() -> int:
@@ -142,6 +144,9 @@ def main() -> int:
                    help="pilot: the app through run_test(); tmux: in a real terminal; all: both")
     p.add_argument("--long", type=int, default=1500, metavar="N",
                    help="tmux mode: tokens of the long answer (0: none; default 1500)")
+    p.add_argument("--ui-nice", type=int, nargs="*", default=[10], metavar="N",
+                   help="tmux mode: also an app whose UI threads are this much nicer (default 10;\n"
+                        "none: --ui-nice with no value)")
     p.add_argument("--long-runs", type=int, default=None, metavar="N",
                    help="tmux mode: runs of the long answer (default: --runs)")
     p.add_argument("--threads", type=int, default=None,

@@ -84,7 +84,7 @@ class Series:
         b, a = statistics.median(self.bench), statistics.median(self.app)
         ms = statistics.median(self.cpu_per_token) * 1000
         runs = " ".join(f"{x:.0f}/{y:.0f}" for x, y in zip(self.app, self.bench))
-        return (f"{label:<22} {b:7.1f} {a:7.1f} {a / b:7.3f} {ms:9.2f}   app/bench per run: {runs}")
+        return (f"{label:<28} {b:7.1f} {a:7.1f} {a / b:7.3f} {ms:9.2f}   app/bench per run: {runs}")
 
 
 def bench_once(tokens: int, ctx: int, env: dict[str, str]) -> float:
@@ -133,23 +133,29 @@ class TerminalApp:
         self.tmux.kill()
 
 
-def measure(tokens: int, runs: int, ctx: int, extra: list[str] | None = None) -> Series:
-    """Alternate `pocketchat bench` and app answers; run 0 of each warms up and is not counted."""
+def measure(tokens: int, runs: int, ctx: int,
+            variants: dict[str, list[str]]) -> dict[str, Series]:
+    """Alternate `pocketchat bench` and one answer of each app variant (its extra arguments);
+    round 0 warms up and is not counted."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    series = Series(tokens)
-    app = TerminalApp(tokens, ctx, env, extra or [])
+    series = {label: Series(tokens) for label in variants}
+    apps: dict[str, TerminalApp] = {}
     try:
+        for label, extra in variants.items():
+            apps[label] = TerminalApp(tokens, ctx, env, extra)
         for i in range(runs + 1):
             b = bench_once(tokens, ctx, env)
-            a, cpu = app.answer()
-            if i:
-                series.bench.append(b)
-                series.app.append(a)
-                series.cpu_per_token.append(cpu)
+            for label, app in apps.items():
+                a, cpu = app.answer()
+                if i:
+                    series[label].bench.append(b)
+                    series[label].app.append(a)
+                    series[label].cpu_per_token.append(cpu)
     finally:
-        app.close()
+        for app in apps.values():
+            app.close()
     return series
 
 
-HEADER = (f"{'tmux, 110x32':<22} {'bench':>7} {'app':>7} {'ratio':>7} {'UI ms/tok':>9}"
+HEADER = (f"{'tmux, 110x32':<28} {'bench':>7} {'app':>7} {'ratio':>7} {'UI ms/tok':>9}"
           "   (tok/s medians; goal ratio >= 0.95)")

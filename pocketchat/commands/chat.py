@@ -34,6 +34,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--show-thinking", dest="show_thinking", action="store_true",
                    help="with -p or a pipe: write the model's thinking to stderr (default: dropped)")
     p.add_argument("--bench-tokens", type=int, metavar="N", help=argparse.SUPPRESS)
+    p.add_argument("--ui-nice", type=int, default=0, metavar="N", help=argparse.SUPPRESS)
+    # the UI's threads this much nicer than the engine's worker (benchmarks/bench_ui.py)
     # every answer exactly N tokens, as `pocketchat bench`'s tg test (benchmarks/bench_ui.py)
 
 
@@ -189,6 +191,7 @@ def run(args: argparse.Namespace) -> int:
         system=args.system,
         thinking=not args.no_think,
         options=answer_options(args),
+        ui_nice=max(0, getattr(args, "ui_nice", 0) or 0),
         about=lambda: session.about,
     )
     code = app.run()

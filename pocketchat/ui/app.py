@@ -29,6 +29,7 @@ from pocketchat.ui.messages import (
     StartupStatus,
 )
 from pocketchat.ui.palette import ChatCommands
+from pocketchat.ui.priority import lower_ui_priority
 from pocketchat.ui.screens import DownloadScreen, InfoScreen, LoadingScreen
 from pocketchat.ui.startup import (
     FATAL_AT_START,
@@ -66,6 +67,7 @@ class ChatApp(App[int]):
         about: Callable[[], str] | str | None = None,
         memory_probe: MemoryFn | None = None,
         save_interval: float = 1.0,
+        ui_nice: int = 0,
     ) -> None:
         super().__init__()
         prestart_process_helpers()
@@ -79,6 +81,7 @@ class ChatApp(App[int]):
         self.info: EngineInfo | None = None
         self.fatal_error: BaseException | None = None
         self._prepared = False
+        self.ui_nice = ui_nice  # lower the UI's threads by this much once the engine runs
         self._starting = False
 
     # -- what the chat holds, for the CLI and the tests --------------------------------
@@ -171,6 +174,9 @@ class ChatApp(App[int]):
             self.chat.notice(note, kind="info")
         self._sample_memory()
         self.chat.idle_status()
+        if self.ui_nice:  # once: threads started later inherit it
+            lower_ui_priority(self.ui_nice)
+            self.ui_nice = 0
 
     def on_engine_failed(self, message: EngineFailed) -> None:
         self._starting = self.chat.starting = False

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import sys
-import threading
 import time
 from typing import Callable
 
@@ -29,6 +28,7 @@ from pocketchat.errors import (
     UsageError,
 )
 from pocketchat.engines.types import Engine
+from pocketchat.ui.priority import launcher
 from pocketchat.ui.messages import (
     EngineFailed,
     EngineReady,
@@ -100,6 +100,7 @@ def prestart_process_helpers() -> None:
     fds_to_keep") because the tracker is started with sys.stderr.fileno(). Started once
     beforehand, the tracker is reused by every later spawn.
     """
+    launcher()  # started now, before any thread of the UI is lowered
     if sys.platform == "win32":
         return
     try:
@@ -114,8 +115,12 @@ def start_engine(
     app: App,
     factory: EngineFactory,
     prepare: Callable[[StartupHooks], object] | None,
-) -> threading.Thread:
-    """Run `prepare` (when given) then `factory` in a daemon thread; post the outcome."""
+) -> None:
+    """Run `prepare` (when given) then `factory` in the launcher thread; post the outcome.
+
+    The launcher's daemon thread keeps the normal CPU priority, so the worker it spawns does
+    too when the UI's threads are lowered (see priority.py).
+    """
 
     def run() -> None:
         try:
@@ -132,6 +137,4 @@ def start_engine(
             except Exception:  # noqa: BLE001
                 pass
 
-    thread = threading.Thread(target=run, name="pocketchat-engine-open", daemon=True)
-    thread.start()
-    return thread
+    launcher().submit(run)
