@@ -176,19 +176,19 @@ class Chat(Vertical):
         conversation.add("user", text)
         history = conversation.engine_messages()
         message = conversation.add("assistant", interrupted=True)
+        options = dataclasses.replace(self.base_options, thinking=self.thinking)
+        stream = AnswerStream(self.engine, conversation, message, history, options,
+                              save_interval=self.save_interval)
+        self.stream = self.last_stream = stream  # set before any await: an answer is under way
         view = AnswerView(streaming=True)
         for welcome in self.chat_log.query(Welcome):
             await welcome.remove()
         await self.chat_log.mount_all([UserMessage(text), view])
         self.chat_log.anchor()
         self._answer = view
-        options = dataclasses.replace(self.base_options, thinking=self.thinking)
-        self.stream = AnswerStream(self.engine, conversation, message, history, options,
-                                   save_interval=self.save_interval)
-        self.last_stream = self.stream
         self.status(figures_from_stats(None, "Waiting for the first token", self.memory,
                                        self.info.n_ctx if self.info else 0, None))
-        self.run_worker(self.stream.run, thread=True, group="stream", exit_on_error=False)
+        self.run_worker(stream.run, thread=True, group="stream", exit_on_error=False)
         self._pacer = RenderPacer()
         self._status_at, self._shown_state = 0.0, ""
         self._pump_timer = self.set_interval(self._pacer.interval, self._pump)
