@@ -79,3 +79,12 @@ def test_a_chat_remembers_the_file_it_ran_from():
     run(scenario())
     saved = conversations.last()
     assert saved.model == "mine.gguf" and saved.model_path == "/models/mine.gguf"
+
+
+def test_a_profile_quoting_escapes_is_shown_harmlessly(tmp_path, capsys):
+    code, out, err = _recommend(tmp_path, capsys, {**BASE, "cpu_name": "\x1b]0;HACKED\x07Ryzen",
+                                                    "gpus": [{"vendor": "amd", "name": "\x1b[2JRadeon"}]})
+    assert "\x1b" not in out + err and "\x07" not in out + err
+    code = cli.main(["--probe", "--hardware", str(tmp_path / "machine.json")])
+    out = capsys.readouterr().out
+    assert code == 0 and "␛]0;HACKED␇Ryzen" in out and "␛[2JRadeon" in out and "\x1b" not in out

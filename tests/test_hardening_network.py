@@ -127,3 +127,11 @@ def test_a_read_only_model_cache_is_a_clear_message(hub, capsys):  # noqa: F811
     err = capsys.readouterr().err
     assert err.startswith("error: cannot write to the model cache"), err
     assert "HF_HUB_CACHE" in err and "bug" not in err and "unexpected" not in err
+
+
+def test_an_error_quoting_a_servers_file_names_shows_control_characters_harmlessly(hub, capsys):  # noqa: F811
+    hub.add_repo("evil/Names", {"\x1b]0;HACKED\x07\x1b[2J.txt": b"x", "README.md": b"hi"})
+    assert cli.main(["download", "evil/Names:Q4_K_M", "--yes"]) == 1
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err
+    assert "␛]0;HACKED␇␛[2J.txt" in err
