@@ -23,7 +23,8 @@ def test_a_gpu_without_a_name_is_accepted_as_the_readme_says(tmp_path, capsys):
     gpu = {"vendor": "nvidia", "vram_total_bytes": 12 * 2**30, "vram_free_bytes": 11 * 2**30}
     code, out, err = _recommend(tmp_path, capsys, {**BASE, "gpus": [gpu]})
     assert code == 0, err
-    assert "nvidia GPU" in out
+    assert cli.main(["--probe", "--hardware", str(tmp_path / "machine.json")]) == 0
+    assert "GPU:       nvidia GPU (nvidia)" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("data, needle", [
