@@ -122,6 +122,8 @@ def test_the_layers_really_sit_on_the_rpc_device(server, starter_gguf):
     try:
         log = "\n".join(loaded.log)
         assert "RPC0" in log and f"offloaded {plan.n_gpu_layers}/31 layers" in log, log[-2000:]
+        # the connection to the helper gets keepalive + TCP_USER_TIMEOUT (a dropped network is noticed)
+        assert rpc.tune_helper_sockets(plan.rpc_servers) >= 1
     finally:
         loaded.llm.close()
 
