@@ -94,9 +94,9 @@ def server_run_openai(url: str, model: str, tokens: int) -> tuple[float, float]:
     return (used - 1) / (last - first), reported
 
 
-def bench_run(model: str, tokens: int, ctx: int, env: dict) -> float:
+def bench_run(model: str, tokens: int, ctx: int, env: dict, threads: list[str]) -> float:
     out = subprocess.run([sys.executable, "-m", "pocketchat", "bench", "--model", model, "--ctx", str(ctx),
-                          "-p", "16", "-n", str(tokens), "-r", "1", "--json"],
+                          "-p", "16", "-n", str(tokens), "-r", "1", "--json", *threads],
                          capture_output=True, text=True, env=env, timeout=600, check=True)
     results = json.loads(out.stdout)["results"]
     return next(r["tok_s"] for r in results if r["test"].startswith("tg"))
@@ -125,11 +125,13 @@ def main() -> int:
     p.add_argument("--ctx", type=int, default=2048)
     p.add_argument("--cancels", type=int, default=10)
     p.add_argument("--client", choices=["raw", "openai"], default="raw")
+    p.add_argument("--threads", type=int, help="llama.cpp threads for both (default: the plan's)")
     args = p.parse_args()
+    threads = ["--threads", str(args.threads)] if args.threads else []
 
     home = Path(tempfile.mkdtemp(prefix="bench-server-"))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    srv = ServerProcess(["--model", args.model, "--ctx", str(args.ctx)], home, env=env)
+    srv = ServerProcess(["--model", args.model, "--ctx", str(args.ctx), *threads], home, env=env)
     run = server_run_raw if args.client == "raw" else server_run_openai
     served, reported, benched = [], [], []
     try:
@@ -140,14 +142,15 @@ def main() -> int:
             client_tok_s, server_tok_s = run(srv.url, model, args.tokens)
             served.append(client_tok_s)
             reported.append(server_tok_s)
-            benched.append(bench_run(args.model, args.tokens, args.ctx, env))
+            benched.append(bench_run(args.model, args.tokens, args.ctx, env, threads))
             print(f"run {i + 1}: server {served[-1]:.1f} tok/s (engine says {reported[-1]:.1f}), "
                   f"bench {benched[-1]:.1f} tok/s", flush=True)
         cancels = [cancel_latency(srv, model) for _ in range(args.cancels)]
     finally:
         srv.stop()
     s, b = statistics.median(served), statistics.median(benched)
-    print(f"\nmodel {args.model}, {args.tokens} tokens, {args.runs} alternating runs, client {args.client}")
+    print(f"\nmodel {args.model}, {args.tokens} tokens, {args.runs} alternating runs, client {args.client}, "
+          f"threads {args.threads or 'the plan'}")
     print(f"server (one streaming client): median {s:.1f} tok/s; engine-reported {statistics.median(reported):.1f}")
     print(f"pocketchat bench tg{args.tokens}:      median {b:.1f} tok/s")
     print(f"ratio server / bench: {s / b:.3f} (goal >= 0.95)")
