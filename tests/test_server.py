@@ -296,9 +296,8 @@ def test_other_address_without_key_is_refused(tmp_path):
     assert "Traceback" not in out.stderr
 
 
-# Thinking: the tiny random-weight qwen35moe of issue 10 (POCKET's architecture, a Qwen3.5-like
-# template: the generation prompt opens <think>, or prefills an empty block when thinking is
-# off). Until that writer is in tests/, the tiny qwen3moe with a template that does the same.
+# Thinking: a tiny random-weight qwen35moe (POCKET's architecture) with a Qwen3.5-like template:
+# the generation prompt opens <think>, or prefills an empty block when thinking is off.
 THINKING_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
@@ -310,13 +309,14 @@ THINKING_TEMPLATE = (
 
 
 def _thinking_model(folder):
-    try:
-        from tinyqwen35 import write_tiny_qwen35moe
-    except ImportError:
-        from tinymoe import write_tiny_moe
+    import inspect
 
-        return write_tiny_moe(folder / "tiny-thinking-moe.gguf", chat_template=THINKING_TEMPLATE)
-    return write_tiny_qwen35moe(folder / "tiny-qwen35moe.gguf")
+    from tinyqwen35 import write_tiny_qwen35moe
+
+    path = folder / "tiny-qwen35moe.gguf"
+    if "chat_template" in inspect.signature(write_tiny_qwen35moe).parameters:
+        return write_tiny_qwen35moe(path, chat_template=THINKING_TEMPLATE)
+    return write_tiny_qwen35moe(path)  # its own template is Qwen3.5-like
 
 
 def test_thinking_is_reasoning_content_and_can_be_turned_off(tmp_path):

@@ -32,7 +32,8 @@ SSM_INNER = SSM_STATE * SSM_V_HEADS
 SSM_CONV = 4
 
 
-def write_tiny_qwen35moe(path: Path, *, seed: int = 0, n_layer: int = N_LAYER) -> Path:
+def write_tiny_qwen35moe(path: Path, *, seed: int = 0, n_layer: int = N_LAYER,
+                         chat_template: str = CHAT_TEMPLATE) -> Path:
     import gguf
 
     rng = np.random.default_rng(seed)
@@ -76,7 +77,7 @@ def write_tiny_qwen35moe(path: Path, *, seed: int = 0, n_layer: int = N_LAYER) -
     w.add_eos_token_id(tokens.index("<|im_end|>"))
     w.add_pad_token_id(tokens.index("<|endoftext|>"))
     w.add_add_bos_token(False)
-    w.add_chat_template(CHAT_TEMPLATE)
+    w.add_chat_template(chat_template)
 
     def t(name: str, *ne: int, scale: float = 0.2) -> None:  # ne in llama.cpp's order
         w.add_tensor(name, (rng.standard_normal(tuple(reversed(ne))) * scale).astype(np.float32))

@@ -101,6 +101,7 @@ def _serve(args: argparse.Namespace, choice, sock: socket.socket, api_key: str |
     from pocketchat.engines import open_engine
     from pocketchat.server.app import create_app
     from pocketchat.server.host import EngineHost
+    from pocketchat.textsafe import one_line
 
     port = sock.getsockname()[1]
     host_text = f"[{args.host}]" if ":" in args.host else args.host
@@ -112,7 +113,7 @@ def _serve(args: argparse.Namespace, choice, sock: socket.socket, api_key: str |
     def on_state(host: EngineHost) -> None:
         if host.state == "ready":
             what = "restarted after a crash" if host.restarts else "ready"
-            print(f"{what}: {name} at {url} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+            print(one_line(f"{what}: {name} at {url} (Ctrl-C to stop)"), file=sys.stderr, flush=True)
         elif host.state == "error" and host.error is not None and not host.restarts:
             failed.append(host.error)  # the first load failed: nothing to serve
             if server is not None:
@@ -126,8 +127,8 @@ def _serve(args: argparse.Namespace, choice, sock: socket.socket, api_key: str |
                      "n_ctx": choice.plan.n_ctx}}
     app = create_app(host, model_id=name, aliases=aliases, api_key=api_key,
                      loopback_only=loopback, model_info=info)
-    print(f"loading {choice.name} ({choice.plan.describe()}); listening on {url}"
-          + ("" if loopback else " (API key required)"), file=sys.stderr, flush=True)
+    print(one_line(f"loading {choice.name} ({choice.plan.describe()}); listening on {url}"
+                   + ("" if loopback else " (API key required)")), file=sys.stderr, flush=True)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
                             timeout_graceful_shutdown=3)
     server = uvicorn.Server(config)
