@@ -46,26 +46,29 @@ class ChatTemplate:
         self.knows_thinking_switch = "enable_thinking" in self.source
         self.mentions_think = "<think>" in self.source
         try:
-            self._formatter = Jinja2ChatFormatter(
-                template=self.source, eos_token=eos_token, bos_token=bos_token,
-                add_generation_prompt=True,
-            )
+            self._formatters = {
+                gen: Jinja2ChatFormatter(template=self.source, eos_token=eos_token,
+                                         bos_token=bos_token, add_generation_prompt=gen)
+                for gen in (True, False)
+            }
         except Exception as exc:  # jinja2.TemplateSyntaxError and friends
             raise EngineError(
                 f"the model's chat template cannot be read: {exc}",
                 hint="The GGUF file's tokenizer.chat_template is broken; try another build.",
             ) from exc
 
-    def render(self, messages: Sequence[Message], *, thinking: bool = True) -> Prompt:
+    def render(self, messages: Sequence[Message], *, thinking: bool = True,
+               generation: bool = True) -> Prompt:
+        """The prompt text; `generation=False` leaves out the assistant's generation prompt."""
         dicts = [{"role": m.role, "content": m.content} for m in messages]
         try:
-            text = self._formatter(messages=dicts, enable_thinking=thinking).prompt
+            text = self._formatters[generation](messages=dicts, enable_thinking=thinking).prompt
         except Exception as exc:  # the template's raise_exception, or a render error
             raise EngineError(
                 f"the chat template rejected the conversation: {exc}",
                 hint="Start a new conversation; if it happens again, report it.",
             ) from exc
-        if not thinking and self.mentions_think and not self.knows_thinking_switch:
+        if generation and not thinking and self.mentions_think and not self.knows_thinking_switch:
             tail = text.rstrip()
             if tail.endswith("<think>"):
                 text = tail + "\n\n</think>\n\n"
@@ -112,7 +115,8 @@ class BuiltinTemplate:
     def __init__(self, name: str) -> None:
         self.name = self.source = name
 
-    def render(self, messages: Sequence[Message], *, thinking: bool = True) -> Prompt:
+    def render(self, messages: Sequence[Message], *, thinking: bool = True,
+               generation: bool = True) -> Prompt:
         import llama_cpp
 
         keep = [(m.role.encode(), m.content.encode()) for m in messages]  # alive during the call
@@ -120,7 +124,7 @@ class BuiltinTemplate:
         size = 4 * sum(len(r) + len(c) for r, c in keep) + 1024
         for _ in range(2):
             buf = ctypes.create_string_buffer(size)
-            n = llama_cpp.llama_chat_apply_template(self.name.encode(), chat, len(keep), True, buf, size)
+            n = llama_cpp.llama_chat_apply_template(self.name.encode(), chat, len(keep), generation, buf, size)
             if n < 0:
                 raise EngineError(f"llama.cpp's {self.name!r} template rejected the conversation")
             if n <= size:
@@ -136,7 +140,8 @@ class PlainCompletion:
     is_fallback = True
     source = ""
 
-    def render(self, messages: Sequence[Message], *, thinking: bool = True) -> Prompt:
+    def render(self, messages: Sequence[Message], *, thinking: bool = True,
+               generation: bool = True) -> Prompt:
         return Prompt(text="\n\n".join(m.content for m in messages if m.content), in_thinking=False)
 
 

@@ -32,7 +32,13 @@ class ChatOptions:
 
 @dataclass(frozen=True)
 class Stats:
-    """Figures for the answer so far, from the runtime's own counters."""
+    """Figures for the answer so far, from the runtime's own counters.
+
+    `prompt_tokens` are the prompt tokens evaluated for this answer (`evaluated_tokens`);
+    `prompt_length` is the whole prompt, of which `reused_tokens` came from the cache
+    (`prepared_tokens` of those were evaluated right after the previous answer, while the
+    user read it: the answer as the next prompt holds it).
+    """
 
     prompt_tokens: int = 0
     prompt_seconds: float = 0.0
@@ -43,6 +49,13 @@ class Stats:
     context_limit: int = 0
     dropped_messages: int = 0
     peak_memory_bytes: int | None = None
+    prompt_length: int = 0
+    reused_tokens: int = 0
+    prepared_tokens: int = 0
+
+    @property
+    def evaluated_tokens(self) -> int:
+        return self.prompt_tokens
 
     @property
     def prompt_tok_s(self) -> float:

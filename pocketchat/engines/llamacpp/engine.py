@@ -1,20 +1,20 @@
 """The llama.cpp backend, in this process: `LlamaCppEngine(plan, path)` implements `Engine`.
 
-One answer, step by step:
-1. the conversation is fitted into the window (`context.fit_messages`, oldest turns out);
-2. the prompt comes from the GGUF's chat template (`template.ChatTemplate`), thinking on/off;
-3. `Llama.generate` reuses the KV cache for the prefix it shares with the previous turn and
-   evaluates the rest; an abort callback, set only while the prompt is evaluated, lets
-   `cancel()` interrupt a long prompt inside llama.cpp (it costs nothing per generated token
-   because it is removed before the first one);
-4. tokens are turned into text with an incremental UTF-8 decoder (a character split across
-   tokens is never garbled) and split into answer and thinking (`thinking.ThinkSplitter`);
-5. the stats come from llama.cpp's own counters, reset at the start of each answer. The
-   snapshot taken when the first token appears splits them: everything before it is prompt
-   processing, everything after it is decoding. `generated_tokens` is the number of tokens
-   llama.cpp has decoded in this answer, so `decode_tok_s` is exactly llama.cpp's figure; at
-   the end the last sampled token is decoded too (it is part of the next turn's prompt
-   anyway), so the final count is every token of the answer.
+The answer's skeleton (fit, render, reuse, think-splitting, stats) is `base.EngineBase`'s; this
+module drives llama.cpp itself, so the prefix cache knows exactly which tokens the context
+holds (generated tokens as generated):
+- prompts are evaluated with `llama_decode` in batches of `n_batch`; an abort callback, set
+  only while a prompt is evaluated, lets `cancel()` interrupt it inside llama.cpp (it costs
+  nothing per generated token because it is removed before the first one);
+- tokens are sampled by a llama.cpp sampler chain built from the plan's sampling (penalties,
+  top-k, top-p, min-p, temperature, seeded; greedy at temperature 0) and turned into text
+  with an incremental UTF-8 decoder (a character split across tokens is never garbled);
+- the state's cut/snapshot/restore operations are `state.LlamaState`'s;
+- the stats come from llama.cpp's own counters, reset at the start of each answer. The
+  snapshot taken when the first token appears splits them: everything before it is prompt
+  processing, everything after it is decoding, so `decode_tok_s` is exactly llama.cpp's
+  figure; at the end the last sampled token is decoded too (it is part of the next turn's
+  prompt anyway), so the final count is every token of the answer.
 """
 
 from __future__ import annotations
@@ -22,18 +22,18 @@ from __future__ import annotations
 import codecs
 import ctypes
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from pocketchat.errors import EngineError, PocketchatError
+from pocketchat.errors import EngineError
 from pocketchat.modelfile import gguf as ggufcheck
-from pocketchat.engines.context import fit_messages, reply_reserve
-from pocketchat.engines.types import ChatOptions, Chunk, EngineInfo, Message, Stats
+from pocketchat.engines.base import Cancelled, EngineBase, Step, Timing
 from pocketchat.engines.llamacpp.load import ProgressFn, load_llama
+from pocketchat.engines.llamacpp.state import LlamaState
+from pocketchat.engines.prefix_cache import PrefixCache
 from pocketchat.engines.template import template_for
-from pocketchat.engines.thinking import CLOSE_TAG, OPEN_TAG, ThinkSplitter
+from pocketchat.engines.thinking import CLOSE_TAG, OPEN_TAG
+from pocketchat.engines.types import ChatOptions, EngineInfo, Message
 from pocketchat.types import LoadPlan
 
 
@@ -56,10 +56,12 @@ def peak_rss_bytes() -> int | None:
     return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
-class LlamaCppEngine:
+class LlamaCppEngine(EngineBase):
     """A GGUF served by llama-cpp-python in this process (see `worker.WorkerEngine` for the
     child-process version the app uses). The constructor checks the file, loads it and returns
     when the model is ready; `on_progress(stage, fraction)` reports the loading."""
+
+    label = "llama.cpp"
 
     def __init__(self, plan: LoadPlan, path: Path, *, name: str | None = None,
                  on_progress: ProgressFn | None = None) -> None:
@@ -69,35 +71,37 @@ class LlamaCppEngine:
         self.gguf = ggufcheck.check_gguf(path)
         self.plan = plan
         loaded = load_llama(plan, path, self.gguf, on_progress=on_progress)
-        self._llm = loaded.llm
+        self._llm = llm = loaded.llm
         self.overrides = loaded.overrides
         self.overridden = loaded.overridden
-        llama_cpp = self._lib = sys.modules["llama_cpp"]
-        llm = self._llm
-        self._ctx = llm._ctx.ctx
-        self._vocab = llm._model.vocab
-        self._is_eog = llama_cpp.llama_vocab_is_eog
-        self._perf = llama_cpp.llama_perf_context
+        lib = self._lib = sys.modules["llama_cpp"]
+        self._ctx = llm.ctx
+        self._vocab = lib.llama_model_get_vocab(llm.model)
         self._piece_buf = ctypes.create_string_buffer(256)
         eos, bos = llm.token_eos(), llm.token_bos()
         self.template, template_note = template_for(
             self.gguf.chat_template, arch=self.gguf.arch, model=name or self.gguf.name or path.stem,
             has_token=self._is_special_token,
-            eos_token=llm._model.token_get_text(eos) if eos >= 0 else "",
-            bos_token=llm._model.token_get_text(bos) if bos >= 0 else "",
+            eos_token=self._token_text(eos) if eos >= 0 else "",
+            bos_token=self._token_text(bos) if bos >= 0 else "",
         )
         self._specials = {t: t for t in (OPEN_TAG, CLOSE_TAG)}
-        self._cancel = threading.Event()
-        self._busy = threading.Lock()
-        self._active = False
-        self._abort_cb = llama_cpp.ggml_abort_callback(lambda _data: self._cancel.is_set())
-        self._no_abort = llama_cpp.ggml_abort_callback()
-        self._closed = False
+        self.n_ctx = llm.n_ctx()
+        self._n_batch = max(1, int(lib.llama_n_batch(self._ctx)))
+        self._batch = lib.llama_batch_init(self._n_batch, 0, 1)
+        self.state = LlamaState(self._ctx, llm.model)
+        self.cache = PrefixCache(self.state)
+        self._sampler: Any = None
+        self._mark: tuple[int, float] | None = None
+        self._last: int | None = None
+        self._init_harness()
+        self._abort_cb = lib.ggml_abort_callback(lambda _data: self._cancel.is_set())
+        self._no_abort = lib.ggml_abort_callback()
         self.info = EngineInfo(
             backend="llama.cpp",
             model=name or self.gguf.name or path.stem,
             placement=plan.describe(),
-            n_ctx=llm.n_ctx(),
+            n_ctx=self.n_ctx,
             path=str(path),
             notes=(template_note,) if template_note else (),
             thinking=self.template.knows_thinking_switch or self.template.mentions_think,
@@ -112,150 +116,136 @@ class LlamaCppEngine:
         except Exception:  # noqa: BLE001 - a tokenizer that refuses the text does not know it
             return False
 
-    # -- Engine -----------------------------------------------------------------------------
+    def _token_text(self, token: int) -> str:
+        raw = self._lib.llama_vocab_get_text(self._vocab, token)
+        return raw.decode("utf-8", errors="replace") if raw else ""
 
-    def chat(self, messages: Sequence[Message], options: ChatOptions | None = None
-             ) -> Iterator[Chunk]:
-        return self._chat(tuple(messages), options or ChatOptions())
+    def _free(self) -> None:
+        self._free_sampler()
+        if self._batch is not None:
+            self._lib.llama_batch_free(self._batch)
+            self._batch = None
+        self.cache.checkpoints = []
+        self._llm.close()
+        self._llm = None
 
-    def cancel(self) -> None:
-        if self._active:
-            self._cancel.set()
+    def _free_sampler(self) -> None:
+        if self._sampler is not None:
+            self._lib.llama_sampler_free(self._sampler)
+            self._sampler = None
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._cancel.set()
-        with self._busy:
-            self._llm.close()
-            self._llm = None
+    # -- prompt -----------------------------------------------------------------------------
 
-    # -- one answer -------------------------------------------------------------------------
+    def _render(self, messages: Sequence[Message], thinking: bool, *,
+                generation: bool = True) -> str:
+        return self.template.render(messages, thinking=thinking, generation=generation).text
 
-    def _chat(self, messages: tuple[Message, ...], opts: ChatOptions) -> Iterator[Chunk]:
-        if self._closed:
-            raise EngineError("the engine is closed", hint="Open the model again.")
-        if not self._busy.acquire(blocking=False):
-            raise EngineError("the engine is already answering; cancel that answer first")
-        self._cancel.clear()
-        self._active = True
-        try:
-            yield from self._answer(messages, opts)
-        finally:
-            self._active = False
-            self._cancel.clear()
-            self._busy.release()
-
-    def _tokenize(self, text: str) -> list[int]:
+    def _encode(self, text: str) -> list[int]:
         return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
 
-    def _answer(self, messages: tuple[Message, ...], opts: ChatOptions) -> Iterator[Chunk]:
-        started = time.perf_counter()
-        llm, lib = self._llm, self._lib
-        n_ctx = llm.n_ctx()
-        try:
-            budget = n_ctx - reply_reserve(n_ctx, opts.max_tokens)
-            fitted = fit_messages(
-                messages,
-                lambda ms: len(self._tokenize(self.template.render(ms, thinking=opts.thinking).text)),
-                budget,
-            )
-            prompt = self.template.render(fitted.messages, thinking=opts.thinking)
-            tokens = self._tokenize(prompt.text)
-        except PocketchatError as exc:
-            yield Chunk.failed(exc, Stats(context_limit=n_ctx))
-            return
-        dropped = fitted.dropped
-        sampling = self.plan.sampling
-        temp = sampling.temperature if opts.temperature is None else opts.temperature
-        llm.set_seed(opts.seed if opts.seed is not None else lib.LLAMA_DEFAULT_SEED)
-        max_new = n_ctx - len(tokens)
-        if opts.max_tokens is not None:
-            max_new = min(max_new, max(opts.max_tokens, 0))
-        splitter = ThinkSplitter(in_thinking=prompt.in_thinking)
-        utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        ctx = self._ctx
-        lib.llama_perf_context_reset(ctx)
-        lib.llama_set_abort_callback(ctx, self._abort_cb, None)
-        mark: Any = None  # perf counters when the first token appeared
-        ttft: float | None = None
-        finish: str | None = None
-        last: int | None = None
-        sampled = 0
+    # -- evaluation -------------------------------------------------------------------------
 
-        def stats() -> Stats:
-            p_tok, p_ms = _counted(self._perf(ctx))
-            g_tok, g_ms = 0, 0.0
-            if mark is not None:
-                g_tok, g_ms = p_tok - mark[0], p_ms - mark[1]
-                p_tok, p_ms = mark
-            return Stats(
-                prompt_tokens=p_tok, prompt_seconds=p_ms / 1000.0,
-                generated_tokens=g_tok, decode_seconds=g_ms / 1000.0,
-                ttft_seconds=ttft, context_used=llm.n_tokens, context_limit=n_ctx,
-                dropped_messages=dropped,
-            )
+    def _decode(self, tokens: Sequence[int], *, logits_last: bool) -> None:
+        """Evaluate `tokens` after `cache.tokens`, in batches; on failure the state is brought
+        back to what `cache.tokens` says and Cancelled or EngineError is raised."""
+        lib, batch, cache = self._lib, self._batch, self.cache
+        for i in range(0, len(tokens), self._n_batch):
+            part = tokens[i: i + self._n_batch]
+            base = len(cache.tokens)
+            for j, tok in enumerate(part):
+                batch.token[j] = tok
+                batch.pos[j] = base + j
+                batch.n_seq_id[j] = 1
+                batch.seq_id[j][0] = 0
+                batch.logits[j] = 0
+            if logits_last and i + len(part) == len(tokens):
+                batch.logits[len(part) - 1] = 1
+            batch.n_tokens = len(part)
+            rc = lib.llama_decode(self._ctx, batch)
+            if rc != 0:
+                cache.truncate(base)  # drop what the failed batch left
+                if rc == 2 or self._cancel.is_set():
+                    raise Cancelled
+                raise EngineError(f"llama_decode returned {rc}")
+            cache.tokens.extend(part)
 
-        gen = None
+    def _evaluate(self, tokens: list[int]) -> None:
+        lib = self._lib
+        lib.llama_set_abort_callback(self._ctx, self._abort_cb, None)
         try:
-            if max_new <= 0:
-                finish = "length"
-            else:
-                gen = llm.generate(
-                    tokens,
-                    top_k=sampling.top_k if opts.top_k is None else opts.top_k,
-                    top_p=sampling.top_p if opts.top_p is None else opts.top_p,
-                    min_p=sampling.min_p,
-                    temp=temp,
-                    repeat_penalty=sampling.repeat_penalty,
-                )
-            for token in gen or ():
-                if mark is None:
-                    lib.llama_set_abort_callback(ctx, self._no_abort, None)
-                    mark = _counted(self._perf(ctx))
-                    ttft = time.perf_counter() - started
-                sampled += 1
-                last = token
-                if self._is_eog(self._vocab, token) and not opts.ignore_eos:
-                    finish = "stop"
-                    break
-                answer, thinking = splitter.feed(utf8.decode(self._piece(token)))
-                if answer or thinking:
-                    yield Chunk(text=answer, thinking=thinking, stats=stats())
-                if self._cancel.is_set():
-                    finish = "cancelled"
-                    break
-                if sampled >= max_new:
-                    finish = "length"
-                    break
-            else:
-                if finish is None:
-                    finish = "cancelled" if self._cancel.is_set() else "stop"
-        except RuntimeError as exc:  # llama_decode failed: aborted by cancel(), or a real error
-            lib.llama_set_abort_callback(ctx, self._no_abort, None)
-            llm.reset()  # the cache may hold a partial batch: start clean next time
             if self._cancel.is_set():
-                finish = "cancelled"
-            else:
-                yield Chunk(stats=stats(), finish_reason="error", error=f"llama.cpp failed: {exc}")
-                return
+                raise Cancelled
+            self._decode(tokens, logits_last=False)
         finally:
-            if gen is not None:
-                gen.close()
+            lib.llama_set_abort_callback(self._ctx, self._no_abort, None)
+
+    def _begin(self, opts: ChatOptions) -> None:
+        lib, s = self._lib, self.plan.sampling
+        lib.llama_synchronize(self._ctx)  # book earlier work before the counters restart
+        lib.llama_perf_context_reset(self._ctx)
+        self._mark, self._last = None, None
+        self._free_sampler()
+        chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
+        add = lambda smpl: lib.llama_sampler_chain_add(chain, smpl)  # noqa: E731
+        add(lib.llama_sampler_init_penalties(self._llm.n_vocab(), 64, s.repeat_penalty, 0.0, 0.0))
+        temp = s.temperature if opts.temperature is None else opts.temperature
+        if temp <= 0:
+            add(lib.llama_sampler_init_greedy())
+        else:
+            add(lib.llama_sampler_init_top_k(s.top_k if opts.top_k is None else opts.top_k))
+            add(lib.llama_sampler_init_top_p(s.top_p if opts.top_p is None else opts.top_p, 1))
+            add(lib.llama_sampler_init_min_p(s.min_p, 1))
+            add(lib.llama_sampler_init_temp(temp))
+            seed = opts.seed if opts.seed is not None else lib.LLAMA_DEFAULT_SEED
+            add(lib.llama_sampler_init_dist(seed & 0xFFFFFFFF))
+        self._sampler = chain
+
+    def _generate(self, tokens: list[int], opts: ChatOptions, max_new: int) -> Iterator[Step]:
+        lib, ctx = self._lib, self._ctx
+        self._evaluate(tokens[:-1])
+        lib.llama_set_abort_callback(ctx, self._abort_cb, None)
+        try:
+            self._decode(tokens[-1:], logits_last=True)
+        finally:
             lib.llama_set_abort_callback(ctx, self._no_abort, None)
-        if finish in ("stop", "length") and last is not None and llm.n_tokens < n_ctx:
-            try:
-                llm.eval([last])  # decode the last token: counted, and cached for the next turn
-                lib.llama_synchronize(ctx)  # llama.cpp books a decode's time when it syncs
-            except RuntimeError:
-                llm.reset()
-        answer, thinking = splitter.feed(utf8.decode(b"", final=True))
-        tail_a, tail_t = splitter.flush()
-        final = stats()
-        final = Stats(**{**final.__dict__, "peak_memory_bytes": peak_rss_bytes()})
-        yield Chunk(text=answer + tail_a, thinking=thinking + tail_t, stats=final,
-                    finish_reason=finish)  # type: ignore[arg-type]
+        utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        sampled = 0
+        while True:
+            tok = lib.llama_sampler_sample(self._sampler, ctx, -1)
+            if self._mark is None:
+                self._mark = _counted(lib.llama_perf_context(ctx))
+            sampled += 1
+            self._last = tok
+            if lib.llama_vocab_is_eog(self._vocab, tok) and not opts.ignore_eos:
+                yield Step(utf8.decode(b"", final=True), "stop")
+                return
+            text = utf8.decode(self._piece(tok))
+            if sampled >= max_new or len(self.cache.tokens) >= self.n_ctx:
+                yield Step(text + utf8.decode(b"", final=True), "length")
+                return
+            yield Step(text)
+            self._last = None
+            self._decode([tok], logits_last=True)
+
+    def _complete(self) -> None:
+        """Decode the last sampled token: counted, and cached for the next turn."""
+        if self._last is None or len(self.cache.tokens) >= self.n_ctx:
+            return
+        last, self._last = self._last, None
+        try:
+            self._decode([last], logits_last=False)
+            self._lib.llama_synchronize(self._ctx)  # llama.cpp books a decode's time when it syncs
+        except (Cancelled, EngineError):
+            pass
+
+    def _timing(self) -> Timing:
+        p_tok, p_ms = _counted(self._lib.llama_perf_context(self._ctx))
+        g_tok, g_ms = 0, 0.0
+        if self._mark is not None:
+            g_tok, g_ms = p_tok - self._mark[0], p_ms - self._mark[1]
+            p_tok, p_ms = self._mark
+        return Timing(prompt_tokens=p_tok, prompt_seconds=p_ms / 1000.0, generated_tokens=g_tok,
+                      decode_seconds=g_ms / 1000.0, peak_memory_bytes=peak_rss_bytes())
 
     def _piece(self, token: int) -> bytes:
         lib, buf = self._lib, self._piece_buf
@@ -264,6 +254,5 @@ class LlamaCppEngine:
             buf = ctypes.create_string_buffer(-n)
             n = lib.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
         if n == 0:  # a control token: only the thinking tags are text we want
-            text = self._llm._model.token_get_text(token)
-            return self._specials.get(text, "").encode()
+            return self._specials.get(self._token_text(token), "").encode()
         return buf.raw[:n]

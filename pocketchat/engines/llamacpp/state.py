@@ -1,0 +1,74 @@
+"""llama.cpp's sequence state for the prefix cache: cut, snapshot, restore, save to a file.
+
+Sequence 0 of the context holds the conversation. An attention-only model's KV cache can be
+cut back anywhere (`llama_memory_seq_rm`). A hybrid or recurrent model's cannot: a
+checkpoint is the recurrent part of the state (`llama_state_seq_get_data_ext` with
+`LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY`, as llama.cpp's server takes its context checkpoints);
+restoring it and removing the attention KV after its position gives the state at that point.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from pocketchat.errors import EngineError
+
+SEQ = 0
+
+
+class LlamaState:
+    """`prefix_cache.StateOps` on a llama.cpp context."""
+
+    def __init__(self, ctx: Any, model: Any) -> None:
+        lib = self._lib = sys.modules["llama_cpp"]
+        self._ctx = ctx
+        self._mem = lib.llama_get_memory(ctx)
+        recurrent = bool(lib.llama_model_is_recurrent(model)) or bool(lib.llama_model_is_hybrid(model))
+        self.trimmable = not recurrent
+        self.partial = recurrent
+        self._flags = lib.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+
+    def trim(self, n: int) -> bool:
+        return bool(self._lib.llama_memory_seq_rm(self._mem, SEQ, n, -1))
+
+    def snapshot(self) -> tuple[Any, int]:
+        lib = self._lib
+        size = lib.llama_state_seq_get_size_ext(self._ctx, SEQ, self._flags)
+        buf = (ctypes.c_uint8 * size)()
+        got = lib.llama_state_seq_get_data_ext(self._ctx, buf, size, SEQ, self._flags)
+        if got != size:
+            raise EngineError(f"llama.cpp wrote {got} of {size} bytes of a checkpoint")
+        return buf, size
+
+    def restore(self, state: Any, n: int) -> None:
+        lib = self._lib
+        if not lib.llama_state_seq_set_data_ext(self._ctx, state, len(state), SEQ, self._flags):
+            raise EngineError("llama.cpp could not restore a checkpoint")
+        lib.llama_memory_seq_rm(self._mem, SEQ, n, -1)  # the attention KV after the checkpoint
+
+    def clear(self) -> None:
+        self._lib.llama_memory_seq_rm(self._mem, SEQ, -1, -1)
+
+    # -- whole sequence state, to a file (--continue) ---------------------------------------
+
+    def save_file(self, path: Path, tokens: Sequence[int]) -> int:
+        """Write the whole sequence state and its tokens; return the bytes written (0: failed)."""
+        arr = (self._lib.llama_token * len(tokens))(*tokens)
+        return int(self._lib.llama_state_seq_save_file(self._ctx, str(path).encode(), SEQ,
+                                                        arr, len(tokens)))
+
+    def load_file(self, path: Path, capacity: int) -> list[int] | None:
+        """Read a state written by `save_file`; its tokens, or None when it does not load."""
+        lib = self._lib
+        arr = (lib.llama_token * capacity)()
+        count = ctypes.c_size_t(0)
+        self.clear()
+        got = lib.llama_state_seq_load_file(self._ctx, str(path).encode(), SEQ, arr, capacity,
+                                            ctypes.byref(count))
+        if not got:
+            self.clear()
+            return None
+        return list(arr[: count.value])
