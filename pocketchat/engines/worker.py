@@ -191,8 +191,10 @@ def _stream(engine: Any, req: int, messages: Sequence[Message], options: ChatOpt
     pending: list[Chunk] = []
     last_flush = 0.0
     first = True
+    answer = None
     try:
-        for chunk in engine.chat(messages, options):
+        answer = engine.chat(messages, options)
+        for chunk in answer:
             pending.append(chunk)
             if chunk.finish_reason is not None:
                 break
@@ -208,6 +210,12 @@ def _stream(engine: Any, req: int, messages: Sequence[Message], options: ChatOpt
         pending.append(Chunk(stats=pending[-1].stats if pending else Stats(), finish_reason="error",
                              error="the engine ended the answer without a finish reason"))
     send(("chunk", req, _merge(pending)))
+    if answer is not None and pending[-1].finish_reason in ("stop", "length"):
+        try:  # the engine readies its cache for the next turn (base.EngineBase._settle)
+            for _ in answer:
+                pass
+        except Exception:  # noqa: BLE001 - the answer is already delivered
+            pass
 
 
 # -- the parent -----------------------------------------------------------------------------
