@@ -27,7 +27,7 @@ from pocketchat.errors import (
     ModelTooLarge,
 )
 from pocketchat.engines.types import ChatOptions, Engine, Message
-from pocketchat.engines.mlx.cache import Reuse, common_prefix, plan_reuse
+from pocketchat.engines.prefix_cache import Reuse, common_prefix, plan_reuse
 from pocketchat.engines.mlx.model import check_metal_budget, kv_cache_bytes, suggested_wired_limit_mb
 from pocketchat.types import GiB, LoadPlan, MiB
 
@@ -178,6 +178,10 @@ def test_thinking_off_reaches_the_template(scripted):
     assert (text, thinking, final.finish_reason) == ("Hello", "", "stop")
     rendered = scripted._render(QUESTION, False)
     assert rendered.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    answer = scripted.chat(QUESTION, ChatOptions(temperature=0.0, max_tokens=30, thinking=False))
+    final = next(c for c in answer if c.finish_reason)  # read no further: before it settles
+    answer.close()
+    assert final.finish_reason == "stop"
     assert scripted._cache.tokens[: len(prompt_tokens(scripted, QUESTION, False))] == \
         prompt_tokens(scripted, QUESTION, False)
 
@@ -202,7 +206,7 @@ def fresh_answer(messages):
 
 
 def test_second_turn_processes_only_its_new_tokens_and_answers_the_same(eng):
-    eng._cache.reset(hard=True)
+    eng.cache.reset()
     follow, f1, held, (a2, f2) = two_turns(eng)
     whole = prompt_tokens(eng, follow)
     shared = common_prefix(held, whole)
@@ -238,10 +242,10 @@ def test_reuse_plan_table():
     assert plan_reuse(p + [6, 7], p, trimmable=True) == Reuse("live", 4)  # one token left
     assert plan_reuse([1, 2, 3], p, trimmable=False) == Reuse("live", 3)
     assert plan_reuse([1, 2, 9], p, trimmable=False) == Reuse("fresh", 0)
-    assert plan_reuse([1, 2, 9], p, trimmable=False, checkpoint=[1, 2]) == Reuse("checkpoint", 2)
-    assert plan_reuse([1, 7, 9], p, trimmable=False, checkpoint=[1, 7]) == Reuse("fresh", 0)
-    assert plan_reuse(p, p, trimmable=False, checkpoint=[1, 2, 3]) == Reuse("checkpoint", 3)
-    assert plan_reuse(p, p, trimmable=False, checkpoint=p) == Reuse("fresh", 0)
+    assert plan_reuse([1, 2, 9], p, trimmable=False, checkpoints=[[1, 2]]) == Reuse("checkpoint", 2)
+    assert plan_reuse([1, 7, 9], p, trimmable=False, checkpoints=[[1, 7]]) == Reuse("fresh", 0)
+    assert plan_reuse(p, p, trimmable=False, checkpoints=[[1, 2, 3]]) == Reuse("checkpoint", 3)
+    assert plan_reuse(p, p, trimmable=False, checkpoints=[p]) == Reuse("fresh", 0)
 
 
 def test_untrimmable_cache_restarts_from_the_checkpoint(untrimmable):
@@ -273,7 +277,7 @@ def test_pockets_hybrid_architecture_reuses_its_checkpoint(tmp_path):
     folder = write_tiny_qwen35_moe(tmp_path / "hybrid")
     e = MlxEngine(plan(), folder)
     try:
-        kinds = {type(c).__name__ for c in e._cache.layers}
+        kinds = {type(c).__name__ for c in e.state.layers}
         assert kinds == {"ArraysCache", "KVCache"} and not e._cache.trimmable
         follow, f1, held, (a2, f2) = two_turns(e)
         whole = prompt_tokens(e, follow)

@@ -35,6 +35,8 @@ def user_message(turn: int) -> Message:
 def new_part(counter: LlamaCppEngine, messages: list[Message], thinking: bool) -> int:
     """Tokens of the new user message (with its role header) and the generation prompt."""
     whole = counter._encode(counter._render(messages, thinking))
+    if len(messages) == 1:
+        return len(whole)
     before = counter._encode(counter._render(messages[:-1], thinking, generation=False))
     return len(whole) - len(before)
 
@@ -137,3 +139,23 @@ def test_a_turn_after_a_checkpoint_restore_answers_as_a_fresh_engine(tiny_qwen35
             assert greedy(fresh, msgs, thinking)[0] == expect
         finally:
             fresh.close()
+
+
+@pytest.mark.parametrize("thinking", [True, False], ids=["thinking-on", "thinking-off"])
+def test_mlx_hybrid_model_evaluates_only_the_new_message(tmp_path_factory, thinking):
+    """The toy qwen3_5_moe MLX model: DeltaNet state (ArraysCache) + KV layers, experts."""
+    pytest.importorskip("mlx_lm")
+    from mlx_fixture import write_tiny_qwen35_moe
+    from pocketchat.engines.mlx.engine import MlxEngine
+
+    folder = write_tiny_qwen35_moe(tmp_path_factory.mktemp("mlx") / "hybrid")
+    eng = MlxEngine(LoadPlan(backend="mlx", placement="cpu", n_gpu_layers=0, n_ctx=2048,
+                             n_threads=1, n_threads_batch=1), folder)
+    try:
+        assert not eng.cache.trimmable
+        rows = run_turns(eng, eng, thinking)
+    finally:
+        eng.close()
+    for turn, (s, new) in enumerate(rows[1:], start=2):
+        assert s.prompt_tokens + s.reused_tokens == s.prompt_length
+        assert s.prompt_tokens <= new + SLACK, f"turn {turn}: {s.prompt_tokens} > {new} + {SLACK}"

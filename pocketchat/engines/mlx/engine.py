@@ -5,19 +5,16 @@ no cut safetensors), then, on a Metal GPU, its weights and KV cache are compared
 recommended working set (`mlxmodel.check_metal_budget`), then `mlx_lm.load` reads it. mlx and
 mlx-lm are imported only here, when an engine is made; without them: `BackendMissing`.
 
-One answer, step by step:
-1. the conversation is fitted into the window (`context.fit_messages`, oldest turns out);
-2. the prompt comes from the model's own chat template through the tokenizer
-   (`enable_thinking=False` when thinking is off);
-3. the conversation's prompt cache (`mlxcache.PromptCache`) keeps the longest prefix it shares
-   with the new prompt, so a turn processes only its new tokens; caches that cannot be trimmed
-   (linear-attention layers) restart from a checkpoint taken at the end of the last user
-   message, which this step processes and saves before the generation prompt;
-4. `mlx_lm.stream_generate` processes the rest and samples (`make_sampler` from the plan's
-   sampling, overridden by ChatOptions; ignore_eos masks the end-of-turn tokens' logits);
-   cancel() is seen between prompt batches (`plan.n_batch` tokens) and after every token;
-5. text goes through `thinking.ThinkSplitter`;
-6. the stats are mlx-lm's own (`GenerationResponse`): prompt tokens and prompt tok/s, generated
+The answer's skeleton (fit, render, prefix cache and checkpoints, think-splitting, stats,
+settling the answer for the next turn) is `base.EngineBase`'s; here:
+- the prompt comes from the model's own chat template through the tokenizer
+  (`enable_thinking=False` when thinking is off);
+- the prefix cache's state is mlx-lm's per-layer cache (`cache.MlxState`);
+- `mlx_lm.stream_generate` processes the rest of the prompt and samples (`make_sampler` from
+  the plan's sampling, overridden by ChatOptions; ignore_eos masks the end-of-turn tokens'
+  logits); cancel() is seen between prompt batches (`plan.n_batch` tokens) and after every
+  token;
+- the stats are mlx-lm's own (`GenerationResponse`): prompt tokens and prompt tok/s, generated
    tokens and generation tok/s, peak memory. Seconds are derived from them (tokens / tok/s),
    so `Stats.decode_tok_s` is exactly mlx-lm's generation figure and `prompt_tok_s` its
    prompt figure. Prompt tokens are the tokens processed for this answer, not the cached ones.
@@ -25,33 +22,27 @@ One answer, step by step:
 
 from __future__ import annotations
 
-import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from pocketchat.errors import CorruptModel, EngineError, ModelTooLarge, PocketchatError
-from pocketchat.engines.context import fit_messages, reply_reserve
-from pocketchat.engines.types import ChatOptions, Chunk, EngineInfo, Message, Stats
-from pocketchat.engines.mlx.cache import PromptCache
+from pocketchat.engines.base import Cancelled, EngineBase, Step, Timing
+from pocketchat.engines.mlx.cache import MlxState
 from pocketchat.engines.mlx.model import (
     check_metal_budget,
     check_mlx_folder,
     import_mlx,
     kv_cache_bytes,
 )
+from pocketchat.engines.prefix_cache import PrefixCache
 from pocketchat.engines.template import CHATML, EMPTY_THINK
-from pocketchat.engines.thinking import ThinkSplitter
+from pocketchat.engines.types import ChatOptions, EngineInfo, Message
 from pocketchat.types import LoadPlan
 
 ProgressFn = Callable[[str, float], None]
 END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>")
 MIN_STEP, MAX_STEP = 32, 2048
-
-
-class _Cancelled(Exception):
-    """Raised from mlx-lm's prompt progress callback to stop a long prompt."""
 
 
 def _load_error(name: str, exc: BaseException) -> PocketchatError:
@@ -68,10 +59,13 @@ def _load_error(name: str, exc: BaseException) -> PocketchatError:
     return CorruptModel(f"{name} is not a loadable MLX model: {text}")
 
 
-class MlxEngine:
+class MlxEngine(EngineBase):
     """An MLX model folder served by mlx-lm in this process (the app uses it through
     `worker.WorkerEngine`). The constructor checks and loads the model and returns when it
     is ready; `on_progress(stage, fraction)` reports the stages."""
+
+    label = "mlx"
+    close_timeout = 2.0  # let an answer in another thread stop first
 
     def __init__(self, plan: LoadPlan, path: Path, *, name: str | None = None,
                  on_progress: ProgressFn | None = None) -> None:
@@ -111,12 +105,14 @@ class MlxEngine:
         self._knows_switch = "enable_thinking" in self._template_source
         self._mentions_think = "<think>" in self._template_source
         self._bos = self._tok.bos_token
-        self._cache = PromptCache(self._model)
+        self.state = MlxState(self._model)
+        self.cache = PrefixCache(self.state)
+        self.state.length = lambda: len(self.cache.tokens)
         self._step = max(MIN_STEP, min(MAX_STEP, plan.n_batch))
-        self._cancel = threading.Event()
-        self._busy = threading.Lock()
-        self._active = False
-        self._closed = False
+        self._init_harness()
+        self._own = [0, 0.0]  # prompt tokens processed before stream_generate, and seconds
+        self._seen = [0, 0.0]  # prompt tokens stream_generate reported done, when
+        self._last: Any = None  # the latest GenerationResponse
         self.info = EngineInfo(
             backend="mlx",
             model=name or self.folder.name,
@@ -135,29 +131,15 @@ class MlxEngine:
         ids.update(vocab[t] for t in END_OF_TURN if t in vocab)
         self._tok.eos_token_ids = ids
 
-    # -- Engine -----------------------------------------------------------------------------
+    @property
+    def _cache(self) -> PrefixCache:
+        return self.cache
 
-    def chat(self, messages: Sequence[Message], options: ChatOptions | None = None
-             ) -> Iterator[Chunk]:
-        return self._chat(tuple(messages), options or ChatOptions())
-
-    def cancel(self) -> None:
-        if self._active:
-            self._cancel.set()
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._cancel.set()
-        got = self._busy.acquire(timeout=2.0)  # let an answer in another thread stop first
-        try:
-            self._model = self._tok = None
-            self._cache = None
-            self._mx.clear_cache()
-        finally:
-            if got:
-                self._busy.release()
+    def _free(self) -> None:
+        self._model = self._tok = None
+        self.cache.checkpoints = []
+        self.state.layers = []
+        self._mx.clear_cache()
 
     # -- prompt -----------------------------------------------------------------------------
 
@@ -185,44 +167,7 @@ class MlxEngine:
         add_special = self._bos is None or not text.startswith(self._bos)
         return list(self._tok.encode(text, add_special_tokens=add_special))
 
-    def _prompt(self, messages: tuple[Message, ...], opts: ChatOptions
-                ) -> tuple[list[int], bool, int, int | None]:
-        """(tokens, starts inside <think>, dropped messages, checkpoint position or None)."""
-        rendered: dict[tuple[Message, ...], tuple[str, list[int]]] = {}
-
-        def count(ms: Sequence[Message]) -> int:
-            key = tuple(ms)
-            if key not in rendered:
-                text = self._render(key, opts.thinking)
-                rendered[key] = (text, self._encode(text))
-            return len(rendered[key][1])
-
-        budget = self.n_ctx - reply_reserve(self.n_ctx, opts.max_tokens)
-        fitted = fit_messages(messages, count, budget)
-        count(fitted.messages)
-        text, tokens = rendered[fitted.messages]
-        stable = None
-        if not self._cache.trimmable:  # where to checkpoint: before the generation prompt
-            head = self._encode(self._render(fitted.messages, opts.thinking, generation=False))
-            if 0 < len(head) < len(tokens) and tokens[: len(head)] == head:
-                stable = len(head)
-        return tokens, text.rstrip().endswith("<think>"), fitted.dropped, stable
-
     # -- one answer -------------------------------------------------------------------------
-
-    def _chat(self, messages: tuple[Message, ...], opts: ChatOptions) -> Iterator[Chunk]:
-        if self._closed:
-            raise EngineError("the engine is closed", hint="Open the model again.")
-        if not self._busy.acquire(blocking=False):
-            raise EngineError("the engine is already answering; cancel that answer first")
-        self._cancel.clear()
-        self._active = True
-        try:
-            yield from self._answer(messages, opts)
-        finally:
-            self._active = False
-            self._cancel.clear()
-            self._busy.release()
 
     def _sampling(self, opts: ChatOptions) -> tuple[Any, list[Any]]:
         from mlx_lm.sample_utils import make_logits_processors, make_sampler
@@ -238,125 +183,71 @@ class MlxEngine:
         penalty = s.repeat_penalty if s.repeat_penalty and s.repeat_penalty != 1.0 else None
         return sampler, make_logits_processors(logit_bias=bias, repetition_penalty=penalty)
 
-    def _prefill(self, tokens: list[int], done: list) -> None:
-        """Process `tokens` into the cache (no sampling), in batches, cancellable between them;
-        `done` is kept at [tokens processed, seconds]."""
-        mx, cache = self._mx, self._cache
-        t0 = time.perf_counter()
+    def _begin(self, opts: ChatOptions) -> None:
+        if opts.seed is not None:
+            self._mx.random.seed(opts.seed)
+        self._own, self._seen, self._last = [0, 0.0], [0, 0.0], None
+
+    def _evaluate(self, tokens: list[int]) -> None:
+        """Process `tokens` into the cache (no sampling), in batches, cancellable between them."""
+        mx, cache = self._mx, self.cache
         with mx.stream(self._stream):
             for i in range(0, len(tokens), self._step):
                 if self._cancel.is_set():
-                    raise _Cancelled
+                    raise Cancelled
+                t0 = time.perf_counter()
                 part = tokens[i: i + self._step]
-                self._model(mx.array(part)[None], cache=cache.layers)
-                mx.eval([c.state for c in cache.layers])
+                self._model(mx.array(part)[None], cache=self.state.layers)
+                mx.eval([c.state for c in self.state.layers])
                 cache.tokens.extend(part)
-                done[:] = [done[0] + len(part), time.perf_counter() - t0]
+                self._own[:] = [self._own[0] + len(part), self._own[1] + time.perf_counter() - t0]
         mx.clear_cache()
 
-    def _answer(self, messages: tuple[Message, ...], opts: ChatOptions) -> Iterator[Chunk]:
+    def _generate(self, tokens: list[int], opts: ChatOptions, max_new: int) -> Iterator[Step]:
         from mlx_lm.generate import stream_generate
 
-        mx = self._mx
-        started = time.perf_counter()
-        n_ctx = self.n_ctx
-        try:
-            tokens, in_thinking, dropped, stable = self._prompt(messages, opts)
-        except PocketchatError as exc:
-            yield Chunk.failed(exc, Stats(context_limit=n_ctx))
-            return
-        cache = self._cache
-        max_new = n_ctx - len(tokens)
-        if opts.max_tokens is not None:
-            max_new = min(max_new, max(opts.max_tokens, 0))
-        if opts.seed is not None:
-            mx.random.seed(opts.seed)
+        cache = self.cache
         sampler, processors = self._sampling(opts)
-        splitter = ThinkSplitter(in_thinking=in_thinking)
-        own = [0, 0.0]  # prompt tokens processed here before stream_generate, and seconds
-        seen = [0, 0.0]  # prompt tokens stream_generate reported done, when (if it stops early)
-        last: Any = None  # the latest GenerationResponse
-        ttft: float | None = None
-        finish: str | None = None
-        pending = ("", "")  # text of the last response, sent with the final chunk
+        base = len(cache.tokens)
+        t_rest = time.perf_counter()
 
-        def stats() -> Stats:
-            p_tok, p_sec = own
-            g_tok, g_sec = 0, 0.0
-            if last is not None:
-                p_tok += last.prompt_tokens
-                p_sec += last.prompt_tokens / last.prompt_tps if last.prompt_tps > 0 else 0.0
-                g_tok = last.generation_tokens
-                g_sec = g_tok / last.generation_tps if last.generation_tps > 0 else 0.0
-            else:
-                p_tok += seen[0]
-                p_sec += seen[1]
-            return Stats(prompt_tokens=p_tok, prompt_seconds=p_sec, generated_tokens=g_tok,
-                         decode_seconds=g_sec, ttft_seconds=ttft, context_used=len(cache.tokens),
-                         context_limit=n_ctx, dropped_messages=dropped,
-                         peak_memory_bytes=int(last.peak_memory * 1e9) if last is not None else None)
+        def progress(done: int, total: int) -> None:
+            if done < total:  # at done == total the first answer token is in the cache
+                del cache.tokens[base:]
+                cache.tokens.extend(tokens[:done])
+                self._seen[:] = [done, time.perf_counter() - t_rest]
+                if self._cancel.is_set():
+                    raise Cancelled
 
-        gen = None
+        gen = stream_generate(
+            self._model, self._tok, tokens, max_tokens=max_new, sampler=sampler,
+            logits_processors=processors or None, prompt_cache=self.state.layers,
+            prefill_step_size=self._step, prompt_progress_callback=progress,
+            stream=self._stream,
+        )
         try:
-            reuse = cache.prepare(tokens)
-            if max_new <= 0:
-                finish = "length"
-            else:
-                start = reuse.keep
-                if stable is not None and stable > start:
-                    self._prefill(tokens[start:stable], own)
-                    cache.save_checkpoint()
-                    start = stable
-                base = start
-                rest = tokens[start:]
-                t_rest = time.perf_counter()
-
-                def progress(done: int, total: int) -> None:
-                    if done < total:  # at done == total the first answer token is in the cache
-                        del cache.tokens[base:]
-                        cache.tokens.extend(rest[:done])
-                        seen[:] = [done, time.perf_counter() - t_rest]
-                        if self._cancel.is_set():
-                            raise _Cancelled
-
-                gen = stream_generate(
-                    self._model, self._tok, rest, max_tokens=max_new, sampler=sampler,
-                    logits_processors=processors or None, prompt_cache=cache.layers,
-                    prefill_step_size=self._step, prompt_progress_callback=progress,
-                    stream=self._stream,
-                )
-                for resp in gen:
-                    if last is None:
-                        ttft = time.perf_counter() - started
-                        cache.tokens[base:] = rest
-                    last = resp
-                    cache.tokens.append(resp.token)  # mlx-lm has fed every token it returns
-                    answer, thinking = splitter.feed(resp.text)
-                    if resp.finish_reason is not None:
-                        finish = resp.finish_reason
-                        pending = (answer, thinking)
-                        break
-                    if answer or thinking:
-                        yield Chunk(text=answer, thinking=thinking, stats=stats())
-                    if self._cancel.is_set():
-                        finish = "cancelled"
-                        break
-                else:
-                    finish = "cancelled" if self._cancel.is_set() else "stop"
-        except _Cancelled:
-            finish = "cancelled"
-        except GeneratorExit:  # the caller stopped reading: the cache matches its tokens
-            raise
-        except BaseException as exc:  # noqa: BLE001 - a failed answer ends with an error chunk
-            cache.reset(hard=True)  # stopped mid-computation: its state is unknown
-            if not isinstance(exc, Exception):
-                raise  # KeyboardInterrupt, SystemExit
-            yield Chunk(stats=stats(), finish_reason="error", error=f"mlx failed: {type(exc).__name__}: {exc}")
-            return
+            for resp in gen:
+                if self._last is None:
+                    cache.tokens[base:] = tokens
+                self._last = resp
+                cache.tokens.append(resp.token)  # mlx-lm has fed every token it returns
+                yield Step(resp.text, resp.finish_reason)
+                if resp.finish_reason is not None:
+                    return
         finally:
-            if gen is not None:
-                gen.close()
-        tail_a, tail_t = splitter.flush()
-        final = replace(stats(), peak_memory_bytes=int(mx.get_peak_memory()))
-        yield Chunk(text=pending[0] + tail_a, thinking=pending[1] + tail_t, stats=final,
-                    finish_reason=finish)  # type: ignore[arg-type]
+            gen.close()
+
+    def _timing(self) -> Timing:
+        p_tok, p_sec = self._own
+        g_tok, g_sec = 0, 0.0
+        last = self._last
+        if last is not None:
+            p_tok += last.prompt_tokens
+            p_sec += last.prompt_tokens / last.prompt_tps if last.prompt_tps > 0 else 0.0
+            g_tok = last.generation_tokens
+            g_sec = g_tok / last.generation_tps if last.generation_tps > 0 else 0.0
+        else:
+            p_tok += self._seen[0]
+            p_sec += self._seen[1]
+        return Timing(prompt_tokens=p_tok, prompt_seconds=p_sec, generated_tokens=g_tok,
+                      decode_seconds=g_sec, peak_memory_bytes=int(self._mx.get_peak_memory()))
