@@ -61,7 +61,9 @@ class ChatMessage:
 def stats_summary(stats: Stats) -> dict[str, Any]:
     """The figures worth keeping with an answer (plain JSON numbers)."""
     return {
-        "prompt_tokens": stats.prompt_tokens,
+        "prompt_tokens": stats.prompt_tokens,  # evaluated for this answer
+        "prompt_length": stats.prompt_length,
+        "reused_tokens": stats.reused_tokens,
         "generated_tokens": stats.generated_tokens,
         "decode_tok_s": round(stats.decode_tok_s, 2),
         "prompt_tok_s": round(stats.prompt_tok_s, 2),

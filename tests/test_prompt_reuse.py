@@ -159,3 +159,19 @@ def test_mlx_hybrid_model_evaluates_only_the_new_message(tmp_path_factory, think
     for turn, (s, new) in enumerate(rows[1:], start=2):
         assert s.prompt_tokens + s.reused_tokens == s.prompt_length
         assert s.prompt_tokens <= new + SLACK, f"turn {turn}: {s.prompt_tokens} > {new} + {SLACK}"
+
+
+def test_the_status_bar_and_the_saved_conversation_show_the_reuse():
+    from pocketchat import conversations
+    from pocketchat.engines.types import Stats
+    from pocketchat.ui.widgets import StatusBar, figures_from_stats
+
+    stats = Stats(prompt_tokens=138, reused_tokens=3812, prompt_length=3950, generated_tokens=9,
+                  context_limit=8192, context_used=3959)
+    bar = StatusBar()
+    bar.show(figures_from_stats(stats, "Ready", None, 8192, None))
+    assert "cached 3,812/3,950" in bar.plain
+    saved = conversations.stats_summary(stats)
+    assert (saved["prompt_length"], saved["reused_tokens"], saved["prompt_tokens"]) == (3950, 3812, 138)
+    bar.show(figures_from_stats(Stats(generated_tokens=1), "Ready", None, 8192, None))
+    assert "cached" not in bar.plain  # an engine that does not report it shows nothing

@@ -179,6 +179,8 @@ class StatusFigures:
     context_used: int = 0
     context_limit: int = 0
     memory_bytes: int | None = None
+    reused_tokens: int = 0  # of prompt_length, taken from the prompt cache
+    prompt_length: int = 0
 
 
 def context_level(used: int, limit: int) -> str:
@@ -219,6 +221,8 @@ class StatusBar(Static):
         parts = [(f.state, "$accent bold"), (speed, "$success bold"), (f"TTFT {ttft}", ""),
                  (tokens, ""), (ctx, {"ok": "", "warn": "$warning", "full": "$error bold"}[level]),
                  (memory, "")]
+        if f.prompt_length:
+            parts.insert(3, (f"cached {f.reused_tokens:,}/{f.prompt_length:,}", ""))
         plain = "  ".join(text for text, _ in parts)
         if plain == self.plain and level == self.level:
             return
@@ -244,4 +248,6 @@ def figures_from_stats(
         context_used=stats.context_used,
         context_limit=stats.context_limit or limit,
         memory_bytes=memory,
+        reused_tokens=stats.reused_tokens,
+        prompt_length=stats.prompt_length,
     )
