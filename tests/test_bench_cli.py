@@ -44,3 +44,34 @@ def test_bench_mlx_folder(tmp_path):
 def test_bench_missing_model_is_one_message(tmp_path):
     r = bench("--model", str(tmp_path / "nope.gguf"))
     assert r.returncode == 1 and "no model file" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_bench_default_prompt_fits_a_small_mlx_context(tmp_path):
+    """pp512 on a model whose tokenizer makes many tokens per word, in a 1,024-token context."""
+    pytest.importorskip("mlx_lm")
+    from mlx_fixture import write_tiny_llama
+
+    folder = write_tiny_llama(tmp_path / "tiny-mlx")
+    data = check(bench("--model", str(folder), "--backend", "mlx", "--ctx", "1024", "-n", "8",
+                       "-r", "1"), 512, 8)
+    pp = next(x for x in data["results"] if x["test"] == "pp512")
+    assert 400 <= pp["tokens"] <= 1024
+
+
+@pytest.mark.parametrize("thinking", ["on", "off"])
+def test_bench_turns_rows_show_the_reuse(tmp_path, thinking):
+    from tinyqwen35 import write_tiny_qwen35moe
+
+    model = write_tiny_qwen35moe(tmp_path / "tiny-qwen35moe.gguf")
+    r = bench("--model", str(model), "--turns", "3", "--thinking", thinking, "--threads", "1")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    rows = data["results"]
+    assert [x["test"] for x in rows] == ["turn1", "turn2", "turn3"]
+    assert data["thinking"] == thinking and data["worker"] is True
+    for x in rows:
+        assert x["prompt_tokens"] == x["reused_tokens"] + x["evaluated_tokens"]
+        assert x["ttft_s"] > 0
+    for before, x in zip(rows, rows[1:]):  # from turn 2: the new message and a little more
+        assert x["evaluated_tokens"] <= x["prompt_tokens"] - before["prompt_tokens"] + 16
+        assert x["reused_tokens"] >= before["prompt_tokens"] - 16

@@ -48,6 +48,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("-p", "--n-prompt", type=int, default=512, metavar="N", help="prompt tokens (default 512)")
     p.add_argument("-n", "--n-gen", type=int, default=128, metavar="N", help="generated tokens (default 128)")
     p.add_argument("-r", "--repetitions", type=int, default=3, metavar="N", help="runs per test (default 3)")
+    p.add_argument("--turns", type=int, metavar="N",
+                   help="instead: a conversation of N turns, per turn the tokens reused and evaluated")
+    p.add_argument("--thinking", choices=("on", "off"), default="on",
+                   help="thinking in the --turns conversation (default on)")
     p.add_argument("--in-process", action="store_true", help="run the engine in this process, not a worker")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -60,7 +64,8 @@ def bench_pp(engine, n_prompt: int, reps: int, rng: random.Random) -> Result:
     """Prompt speed on fresh prompts of about n_prompt tokens (calibrated on the first run)."""
     from pocketchat.engines.types import ChatOptions, Message
 
-    words = max(1, int(n_prompt / 1.3))
+    n_prompt = max(1, min(n_prompt, engine.info.n_ctx - 8))  # the prompt fits the context
+    words = max(1, min(32, int(n_prompt / 1.3)))  # a small probe first: tokens per word vary
     speeds: list[float] = []
     tokens = 0
     for i in range(reps + 2):  # two calibration runs, then the measured ones
@@ -68,7 +73,7 @@ def bench_pp(engine, n_prompt: int, reps: int, rng: random.Random) -> Result:
         final = _last(engine.chat([Message("user", text)], ChatOptions(max_tokens=1)))
         s = final.stats
         if s.prompt_tokens and i < 2:
-            words = max(1, round(words * n_prompt / s.prompt_tokens))
+            words = max(1, round(words * n_prompt / max(1, s.prompt_length or s.prompt_tokens)))
             continue
         if s.prompt_seconds > 0:
             speeds.append(s.prompt_tok_s)
@@ -109,8 +114,14 @@ def run(args: argparse.Namespace) -> int:
     sel = Selection.from_args(args)
     if args.n_prompt < 1 or args.n_gen < 1 or args.repetitions < 1:
         raise UsageError("--n-prompt, --n-gen and --repetitions must be at least 1")
+    if args.turns is not None and args.turns < 1:
+        raise UsageError("--turns must be at least 1")
     choice = choose_model(sel)
     need = args.n_prompt + args.n_gen + 256
+    if args.turns:
+        from pocketchat.commands.turns import context_needed
+
+        need = context_needed(args.turns)
     if sel.ctx is None and choice.plan.n_ctx < need:  # a plan for the room the tests need
         choice = choose_model(replace(sel, ctx=need))
     plan = choice.plan
@@ -151,6 +162,8 @@ def _measure(plan, choice, args: argparse.Namespace):
         print(visible(f"loading {choice.name} ({plan.describe()}) ..."), file=sys.stderr)
     engine = open_engine(plan, choice.path, name=choice.name, in_process=args.in_process)
     try:
+        if args.turns:
+            return _run_turns(engine, choice, plan, args)
         rng = random.Random(1234)
         _last(engine.chat([Message("user", "Hi")], ChatOptions(max_tokens=4)))  # warm-up
         results = [bench_pp(engine, args.n_prompt, args.repetitions, rng),
@@ -218,3 +231,18 @@ def _table(name: str, size: int | None, runs) -> str:
     line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
     sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
     return "\n".join([line(head), sep, *(line(r) for r in rows)])
+
+
+def _run_turns(engine, choice, plan, args: argparse.Namespace) -> int:
+    from pocketchat.commands.turns import run_turns, table
+
+    rows = run_turns(engine, args.turns, thinking=args.thinking == "on")
+    if args.json:
+        print(json.dumps({
+            "model": choice.name, "path": str(choice.path), "backend": engine.info.backend,
+            "placement": plan.placement, "n_ctx": engine.info.n_ctx, "thinking": args.thinking,
+            "worker": not args.in_process, "results": [r.as_dict() for r in rows],
+        }, indent=2))
+    else:
+        print(visible(table(choice.name, rows)))
+    return 0

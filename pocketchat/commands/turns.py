@@ -1,0 +1,104 @@
+"""`pocketchat bench --turns N`: a multi-turn conversation, per turn what the prompt cache saved.
+
+N user messages of about MESSAGE_TOKENS tokens each (random words, sized by token count on the
+model's own tokenizer: two probe prompts give tokens per word), greedy, answers capped at
+ANSWER_TOKENS. Each turn's row: the whole prompt, the tokens reused from the cache, the
+tokens evaluated, the time to first token. Messages shrink when N turns would not fit the
+context, so the conversation is never cut (a cut conversation cannot be reused).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+MESSAGE_TOKENS = 150
+ANSWER_TOKENS = 32
+TURN_OVERHEAD = 16  # role headers and the generation prompt, per turn (a generous guess)
+
+
+@dataclass(frozen=True)
+class TurnRow:
+    test: str
+    prompt_tokens: int
+    reused_tokens: int
+    evaluated_tokens: int
+    ttft_s: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"test": self.test, "prompt_tokens": self.prompt_tokens,
+                "reused_tokens": self.reused_tokens, "evaluated_tokens": self.evaluated_tokens,
+                "ttft_s": round(self.ttft_s, 4)}
+
+
+def context_needed(turns: int) -> int:
+    return turns * (MESSAGE_TOKENS + ANSWER_TOKENS + TURN_OVERHEAD) + 256
+
+
+def message_tokens(n_ctx: int, turns: int) -> int:
+    """Tokens per user message so that `turns` turns fit `n_ctx` (at most MESSAGE_TOKENS)."""
+    room = (n_ctx - 128) // max(1, turns) - ANSWER_TOKENS - TURN_OVERHEAD
+    return max(8, min(MESSAGE_TOKENS, room))
+
+
+def _final(chunks) -> Any:
+    from pocketchat.errors import EngineError
+
+    final = None
+    for final in chunks:
+        pass
+    if final is None or final.finish_reason == "error":
+        raise EngineError(f"the benchmark answer failed: {final.error if final else 'no output'}")
+    return final
+
+
+def tokens_per_word(engine, words: list[str]) -> float:
+    """The model's tokens per random word, from two probe prompts' lengths."""
+    from pocketchat.engines.types import ChatOptions, Message
+
+    lengths = []
+    for n in (8, 40):
+        msg = Message("user", " ".join(words[:n]))
+        lengths.append(_final(engine.chat([msg], ChatOptions(max_tokens=1))).stats.prompt_length)
+    slope = (lengths[1] - lengths[0]) / 32
+    return slope if slope > 0 else 1.5
+
+
+def run_turns(engine, turns: int, thinking: bool, seed: int = 7) -> list[TurnRow]:
+    """Chat `turns` turns as the app does; one row per turn."""
+    from pocketchat.commands.bench import WORDS
+    from pocketchat.engines.types import ChatOptions, Message
+
+    rng = random.Random(seed)
+    pool = [rng.choice(WORDS) for _ in range(64)]
+    per_word = tokens_per_word(engine, pool)
+    size = message_tokens(engine.info.n_ctx, turns)
+    n_words = max(2, round(size / per_word))
+    opts = ChatOptions(temperature=0.0, max_tokens=ANSWER_TOKENS, thinking=thinking, seed=seed)
+    messages: list[Message] = []
+    rows = []
+    for k in range(1, turns + 1):
+        text = f"Message {k}: " + " ".join(rng.choice(WORDS) for _ in range(n_words))
+        messages.append(Message("user", text))
+        answer = []
+        final = None
+        for final in engine.chat(messages, opts):
+            answer.append(final.text)
+        _final([final] if final is not None else [])  # raises on a failed answer
+        s = final.stats
+        rows.append(TurnRow(f"turn{k}", s.prompt_length, s.reused_tokens, s.evaluated_tokens,
+                            s.ttft_seconds or 0.0))
+        if "".join(answer):
+            messages.append(Message("assistant", "".join(answer)))
+    return rows
+
+
+def table(name: str, rows: list[TurnRow]) -> str:
+    head = ["model", "test", "prompt", "reused", "evaluated", "TTFT"]
+    body = [[name, r.test, str(r.prompt_tokens), str(r.reused_tokens), str(r.evaluated_tokens),
+             f"{r.ttft_s * 1000:.0f} ms"] for r in rows]
+    widths = [max(len(h), *(len(row[i]) for row in body)) for i, h in enumerate(head)]
+    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(head), sep, *(line(r) for r in body)])
