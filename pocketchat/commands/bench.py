@@ -16,13 +16,8 @@ import statistics
 import sys
 from dataclasses import dataclass, replace
 
+from pocketchat.commands.turns import WORDS
 from pocketchat.textsafe import visible
-
-WORDS = (
-    "river stone light paper window garden music table story mountain cloud letter bridge "
-    "market summer winter forest silver engine circle market yellow thunder harbor candle "
-    "orchard meadow lantern compass voyage falcon marble velvet copper ribbon glacier"
-).split()
 
 
 @dataclass

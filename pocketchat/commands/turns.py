@@ -13,6 +13,11 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+WORDS = (
+    "river stone light paper window garden music table story mountain cloud letter bridge "
+    "market summer winter forest silver engine circle market yellow thunder harbor candle "
+    "orchard meadow lantern compass voyage falcon marble velvet copper ribbon glacier"
+).split()
 MESSAGE_TOKENS = 150
 ANSWER_TOKENS = 32
 TURN_OVERHEAD = 16  # role headers and the generation prompt, per turn (a generous guess)
@@ -67,7 +72,6 @@ def tokens_per_word(engine, words: list[str]) -> float:
 
 def run_turns(engine, turns: int, thinking: bool, seed: int = 7) -> list[TurnRow]:
     """Chat `turns` turns as the app does; one row per turn."""
-    from pocketchat.commands.bench import WORDS
     from pocketchat.engines.types import ChatOptions, Message
 
     rng = random.Random(seed)

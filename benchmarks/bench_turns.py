@@ -1,0 +1,123 @@
+"""Ten chat turns, pocketchat against llama-cpp-python's own `create_chat_completion`.
+
+On the tiny random-weight `qwen35moe` GGUF (POCKET's hybrid architecture, tests/tinyqwen35.py)
+and on the starter model (SmolLM2-135M, attention only): the same conversation (user messages
+of about 150 tokens, greedy answers capped at 32 tokens; pocketchat's answers are the history
+both are sent), thinking on (the templates' default). Turns alternate between the two, so the
+machine's load hits both alike. Per turn: tokens evaluated before the first answer token
+(llama.cpp's own counters) and the time to first token.
+
+    python benchmarks/bench_turns.py [--turns 10] [--threads 2] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
+
+from pocketchat.commands.bench import WORDS  # noqa: E402
+from pocketchat.engines.llamacpp.engine import LlamaCppEngine, _counted  # noqa: E402
+from pocketchat.engines.types import ChatOptions, Message  # noqa: E402
+from pocketchat.types import LoadPlan  # noqa: E402
+
+ANSWER = 32
+
+
+def user_text(rng: random.Random, k: int, n_words: int) -> str:
+    return f"Message {k}: " + " ".join(rng.choice(WORDS) for _ in range(n_words))
+
+
+def pocketchat_turn(eng: LlamaCppEngine, messages: list[Message]) -> tuple[str, int, float]:
+    text, final = [], None
+    for final in eng.chat(messages, ChatOptions(temperature=0.0, max_tokens=ANSWER)):
+        text.append(final.text)
+    assert final is not None and final.finish_reason in ("stop", "length"), final and final.error
+    return "".join(text), final.stats.evaluated_tokens, final.stats.ttft_seconds or 0.0
+
+
+def llama_cpp_turn(llm, messages: list[Message]) -> tuple[int, float]:
+    import llama_cpp
+
+    llama_cpp.llama_perf_context_reset(llm.ctx)
+    started = time.perf_counter()
+    evaluated, ttft = 0, 0.0
+    stream = llm.create_chat_completion([{"role": m.role, "content": m.content} for m in messages],
+                                        max_tokens=ANSWER, temperature=0.0, stream=True)
+    for chunk in stream:
+        if not ttft and chunk["choices"] and chunk["choices"][0]["delta"].get("content") is not None:
+            ttft = time.perf_counter() - started
+            evaluated = _counted(llama_cpp.llama_perf_context(llm.ctx))[0]
+    return evaluated, ttft
+
+
+def bench_model(name: str, path: Path, turns: int, threads: int) -> list[dict]:
+    import llama_cpp
+
+    plan = LoadPlan(backend="llama.cpp", placement="cpu", n_gpu_layers=0, n_ctx=4096,
+                    n_threads=threads, n_threads_batch=threads)
+    eng = LlamaCppEngine(plan, path, name=name)
+    llm = llama_cpp.Llama(str(path), n_ctx=4096, n_threads=threads, n_threads_batch=threads,
+                          n_gpu_layers=0, verbose=False)
+    rng = random.Random(7)
+    per_word = 1.5 if name == "starter" else 6.5  # byte-level vocabulary: ~6.5 tokens a word
+    messages: list[Message] = []
+    rows = []
+    try:
+        for k in range(1, turns + 1):
+            messages.append(Message("user", user_text(rng, k, round(150 / per_word))))
+            answer, ev_pc, ttft_pc = pocketchat_turn(eng, messages)
+            ev_lcp, ttft_lcp = llama_cpp_turn(llm, messages)
+            rows.append({"model": name, "turn": k, "pocketchat_evaluated": ev_pc,
+                         "pocketchat_ttft_s": round(ttft_pc, 4), "llama_cpp_evaluated": ev_lcp,
+                         "llama_cpp_ttft_s": round(ttft_lcp, 4)})
+            if answer:
+                messages.append(Message("assistant", answer))
+    finally:
+        eng.close()
+        llm.close()
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    head = ["model", "turn", "pocketchat eval", "pocketchat TTFT", "llama-cpp-python eval",
+            "llama-cpp-python TTFT"]
+    body = [[r["model"], str(r["turn"]), str(r["pocketchat_evaluated"]),
+             f"{r['pocketchat_ttft_s'] * 1000:.0f} ms", str(r["llama_cpp_evaluated"]),
+             f"{r['llama_cpp_ttft_s'] * 1000:.0f} ms"] for r in rows]
+    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
+    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    return "\n".join([line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|",
+                      *(line(b) for b in body)])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--turns", type=int, default=10)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--only", choices=("qwen35moe", "starter"))
+    args = ap.parse_args()
+    from pocketchat.store.starter import starter_path
+    from tinyqwen35 import write_tiny_qwen35moe
+
+    with tempfile.TemporaryDirectory() as tmp:
+        models = {"qwen35moe": write_tiny_qwen35moe(Path(tmp) / "tiny-qwen35moe.gguf"),
+                  "starter": starter_path()}
+        rows = []
+        for name, path in models.items():
+            if args.only in (None, name):
+                rows += bench_model(name, path, args.turns, args.threads)
+    print(json.dumps(rows, indent=2) if args.json else table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
