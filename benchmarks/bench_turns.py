@@ -109,7 +109,7 @@ def main() -> int:
     from tinyqwen35 import write_tiny_qwen35moe
 
     with tempfile.TemporaryDirectory() as tmp:
-        models = {"qwen35moe": write_tiny_qwen35moe(Path(tmp) / "tiny-qwen35moe.gguf"),
+        models = {"qwen35moe": write_tiny_qwen35moe(Path(tmp) / "tiny-qwen35moe.gguf", qwen_template=True),
                   "starter": starter_path()}
         rows = []
         for name, path in models.items():

@@ -62,7 +62,7 @@ def test_bench_default_prompt_fits_a_small_mlx_context(tmp_path):
 def test_bench_turns_rows_show_the_reuse(tmp_path, thinking):
     from tinyqwen35 import write_tiny_qwen35moe
 
-    model = write_tiny_qwen35moe(tmp_path / "tiny-qwen35moe.gguf")
+    model = write_tiny_qwen35moe(tmp_path / "tiny-qwen35moe.gguf", qwen_template=True)
     r = bench("--model", str(model), "--turns", "3", "--thinking", thinking, "--threads", "1")
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
