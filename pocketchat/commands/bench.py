@@ -123,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.json:
         for note in plan.notes:
             print(f"note: {note}", file=sys.stderr)
+    if args.turns:
+        return _run_turns(plan, choice, args)
     runs = [(plan, *_measure(plan, choice, args))]
     if plan.rpc_servers:  # pooled: the same model alone too, when it fits, for comparison
         from pocketchat.commands.pooling import alone_plan
@@ -157,8 +159,6 @@ def _measure(plan, choice, args: argparse.Namespace):
         print(visible(f"loading {choice.name} ({plan.describe()}) ..."), file=sys.stderr)
     engine = open_engine(plan, choice.path, name=choice.name, in_process=args.in_process)
     try:
-        if args.turns:
-            return _run_turns(engine, choice, plan, args)
         rng = random.Random(1234)
         _last(engine.chat([Message("user", "Hi")], ChatOptions(max_tokens=4)))  # warm-up
         results = [bench_pp(engine, args.n_prompt, args.repetitions, rng),
@@ -228,10 +228,17 @@ def _table(name: str, size: int | None, runs) -> str:
     return "\n".join([line(head), sep, *(line(r) for r in rows)])
 
 
-def _run_turns(engine, choice, plan, args: argparse.Namespace) -> int:
+def _run_turns(plan, choice, args: argparse.Namespace) -> int:
     from pocketchat.commands.turns import run_turns, table
+    from pocketchat.engines import open_engine
 
-    rows = run_turns(engine, args.turns, thinking=args.thinking == "on")
+    if not args.json:
+        print(visible(f"loading {choice.name} ({plan.describe()}) ..."), file=sys.stderr)
+    engine = open_engine(plan, choice.path, name=choice.name, in_process=args.in_process)
+    try:
+        rows = run_turns(engine, args.turns, thinking=args.thinking == "on")
+    finally:
+        engine.close()
     if args.json:
         print(json.dumps({
             "model": choice.name, "path": str(choice.path), "backend": engine.info.backend,
