@@ -106,10 +106,10 @@ def main() -> int:
     ap.add_argument("--only", choices=("qwen35moe", "starter"))
     args = ap.parse_args()
     from pocketchat.store.starter import starter_path
-    from tinyqwen35 import write_tiny_qwen35moe
+    from tinyqwen35 import QWEN35_TEMPLATE, write_tiny_qwen35moe
 
     with tempfile.TemporaryDirectory() as tmp:
-        models = {"qwen35moe": write_tiny_qwen35moe(Path(tmp) / "tiny-qwen35moe.gguf", qwen_template=True),
+        models = {"qwen35moe": write_tiny_qwen35moe(Path(tmp) / "tiny-qwen35moe.gguf", chat_template=QWEN35_TEMPLATE),
                   "starter": starter_path()}
         rows = []
         for name, path in models.items():

@@ -60,9 +60,9 @@ def test_bench_default_prompt_fits_a_small_mlx_context(tmp_path):
 
 @pytest.mark.parametrize("thinking", ["on", "off"])
 def test_bench_turns_rows_show_the_reuse(tmp_path, thinking):
-    from tinyqwen35 import write_tiny_qwen35moe
+    from tinyqwen35 import QWEN35_TEMPLATE, write_tiny_qwen35moe
 
-    model = write_tiny_qwen35moe(tmp_path / "tiny-qwen35moe.gguf", qwen_template=True)
+    model = write_tiny_qwen35moe(tmp_path / "tiny-qwen35moe.gguf", chat_template=QWEN35_TEMPLATE)
     r = bench("--model", str(model), "--turns", "3", "--thinking", thinking, "--threads", "1")
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)

@@ -32,6 +32,25 @@ SSM_INNER = SSM_STATE * SSM_V_HEADS
 SSM_CONV = 4
 
 
+# Behaves like Qwen3.5/3.6's template where prompt reuse is concerned: earlier assistant turns
+# are rendered without their reasoning; the generation prompt ends in `<think>\n` (thinking
+# on) or `<think>\n\n</think>\n\n` (off).
+QWEN35_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{%- if message.role == 'assistant' %}"
+    "{%- set content = message.content %}"
+    "{%- if '</think>' in content %}{%- set content = content.split('</think>')[-1].lstrip('\\n') %}{%- endif %}"
+    "{{- '<|im_start|>assistant\\n' + content + '<|im_end|>\\n' }}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}{%- else %}{{- '<think>\\n' }}{%- endif %}"
+    "{%- endif %}"
+)
+
 def write_tiny_qwen35moe(path: Path, *, seed: int = 0, n_layer: int = N_LAYER,
                          chat_template: str = CHAT_TEMPLATE) -> Path:
     import gguf
@@ -133,5 +152,11 @@ try:
     def tiny_qwen35moe(tmp_path_factory) -> Path:
         """The tiny qwen35moe GGUF, written once per session (import this name into a test module)."""
         return write_tiny_qwen35moe(tmp_path_factory.mktemp("tinyq35") / "tiny-qwen35moe.gguf")
+
+    @pytest.fixture(scope="session")
+    def tiny_qwen35(tmp_path_factory) -> Path:
+        """The same with the Qwen3.5-like chat template (prompt reuse tests)."""
+        return write_tiny_qwen35moe(tmp_path_factory.mktemp("tinyq35t") / "tiny-qwen35moe.gguf",
+                                    chat_template=QWEN35_TEMPLATE)
 except ImportError:  # used outside pytest
     pass
