@@ -138,7 +138,8 @@ def _gpu_options(build: Build, profile: HardwareProfile, gpu: GPU, n_ctx: int, r
 
     def split(n: int) -> Fit:
         on_gpu, on_ram = est.split_experts(need, build, n)
-        where = (f"{fmt_gb(budget)} VRAM ({fmt_gb(on_gpu)} used) + {fmt_gb(ram)} RAM ({fmt_gb(on_ram)} used)"
+        where = (f"{fmt_gb(budget)} VRAM on the {gpu.name} ({fmt_gb(on_gpu)} used) + "
+                 f"{fmt_gb(ram)} RAM ({fmt_gb(on_ram)} used)"
                  + ("" if n == layers else f"; the experts of {n} of {layers} layers in RAM"))
         return Fit("gpu+cpu-experts", -1, n == layers, on_gpu + on_ram, on_gpu <= budget and on_ram <= ram,
                    where, n_cpu_moe=n)
