@@ -229,13 +229,13 @@ def usage(stats: Stats) -> dict[str, Any]:
 
 
 def prompt_length(stats: Stats) -> int:
-    """The whole prompt in tokens (engines without reuse figures: the evaluated tokens)."""
-    return int(getattr(stats, "prompt_length", 0) or stats.prompt_tokens)
+    """The whole prompt in tokens (the evaluated ones when an engine gives no length)."""
+    return stats.prompt_length or stats.prompt_tokens
 
 
 def reused_tokens(stats: Stats) -> int:
-    """Prompt tokens taken from the engine's cache (0 where the engine does not say)."""
-    return int(getattr(stats, "reused_tokens", 0) or 0)
+    """Prompt tokens taken from the engine's cache, not evaluated for this request."""
+    return stats.reused_tokens
 
 
 def timings(stats: Stats) -> dict[str, Any]:
