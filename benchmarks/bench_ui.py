@@ -12,9 +12,12 @@ medians and their ratio (goal: app / headless >= 0.95).
 The real-terminal mode (benchmarks/terminal.py) runs `python -m pocketchat --model starter`
 in tmux as a user does, reads tok/s off its status bar, alternates with `pocketchat bench` on
 the same settings, and measures the UI process's CPU per generated token; once with --tokens
-and once with a long answer (--long, 1,500 tokens by default).
+and once with a long answer (--long, 1,500 tokens by default); each round answers once with the
+UI at normal priority and once with its threads niced (--ui-nice, the chat's hidden flag).
+benchmarks/ui_cost.py gives the UI's CPU per token apart from any model (scripted engine).
 
     PYTHONPATH=. python benchmarks/bench_ui.py [--mode all|pilot|tmux] [--runs 5] [--tokens 256]
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_ui.py --runs 5 --tokens 256 --long 1500
 """
 
 from __future__ import annotations
