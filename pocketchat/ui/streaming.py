@@ -19,8 +19,8 @@ from pocketchat.conversations import Autosave, ChatMessage, Conversation, stats_
 from pocketchat.engines.types import ChatOptions, Engine, Message, Stats
 
 UPDATES_PER_SECOND = 10  # the most screen updates a second while an answer streams
-MIN_UPDATES_PER_SECOND = 4
-RENDER_BUDGET = 0.08  # share of one core the UI process may spend while the model decodes
+MIN_UPDATES_PER_SECOND = 2
+RENDER_BUDGET = 0.05  # share of one core the UI process may spend while the model decodes
 SAVE_INTERVAL = 1.0
 
 
