@@ -14,6 +14,7 @@ import time
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.timer import Timer
+from textual.widget import AwaitMount
 
 from pocketchat import conversations
 from pocketchat.conversations import Conversation, save_problem
@@ -91,6 +92,7 @@ class Chat(Vertical):
         self._pacer = RenderPacer()
         self._status_at = 0.0
         self._shown_state = ""
+        self._mounting: list[AwaitMount] = []  # notices being mounted
         self._previous: AnswerStream | None = None  # a stream left behind by Ctrl+N
 
     def compose(self) -> ComposeResult:
@@ -131,7 +133,7 @@ class Chat(Vertical):
 
     def notice(self, text: str, hint: str = "", kind: str = "error") -> Notice:
         widget = Notice(text, hint, kind)
-        self.chat_log.mount(widget)
+        self._mounting.append(self.chat_log.mount(widget))
         self.chat_log.scroll_end(animate=False)
         return widget
 
@@ -248,6 +250,9 @@ class Chat(Vertical):
                         save_problem(stream.save_error, self.conversation.path.parent)
                         + " The chat goes on, unsaved.", "warning")
         self.idle_status("Stopped" if message.interrupted else "Ready")
+        mounting, self._mounting = self._mounting, []
+        for mounted in mounting:  # the notices above are on screen before the answer counts as done
+            await mounted
         self.stream, self._answer = None, None  # last: a test (or a user) sees it all done
         self.app.refresh_bindings()
         self._stop_pump()
