@@ -67,6 +67,18 @@ class Tmux:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=15)
 
 
+def end_process(pid: int) -> None:
+    """Make sure a process started in a pane is gone (a closed pane does not always end it)."""
+    import signal
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return
+        time.sleep(1.0)
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of one process (all its threads), from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -131,6 +143,7 @@ class TerminalApp:
         except RuntimeError:
             pass
         self.tmux.kill()
+        end_process(self.pid)
 
 
 def measure(tokens: int, runs: int, ctx: int,

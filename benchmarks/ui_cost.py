@@ -79,8 +79,8 @@ def measure(tokens: int, rate: float, runs: int) -> list[float]:
             f"benchmarks/ui_cost.py --serve {tokens} {rate}")
     tmux("new-session", "-d", "-s", "app", "-x", str(terminal.SIZE[0]),
          "-y", str(terminal.SIZE[1]), line)
+    pid = int(tmux("display-message", "-p", "-t", "app", "#{pane_pid}").strip())
     try:
-        pid = int(tmux("display-message", "-p", "-t", "app", "#{pane_pid}").strip())
         tmux.wait(lambda s: s[0] == "Ready", 60, "the app to start")
         figures = []
         for _ in range(runs):
@@ -95,6 +95,7 @@ def measure(tokens: int, rate: float, runs: int) -> list[float]:
         return figures
     finally:
         tmux.kill()
+        terminal.end_process(pid)
 
 
 def main() -> int:
