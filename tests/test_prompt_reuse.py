@@ -175,3 +175,73 @@ def test_the_status_bar_and_the_saved_conversation_show_the_reuse():
     assert (saved["prompt_length"], saved["reused_tokens"], saved["prompt_tokens"]) == (3950, 3812, 138)
     bar.show(figures_from_stats(Stats(generated_tokens=1), "Ready", None, 8192, None))
     assert "cached" not in bar.plain  # an engine that does not report it shows nothing
+
+
+def ten_turns(eng, thinking=False):
+    messages: list[Message] = []
+    for turn in range(1, 11):
+        messages.append(user_message(turn))
+        chunks = list(eng.chat(messages, ChatOptions(temperature=0, max_tokens=6, thinking=thinking)))
+        assert chunks[-1].finish_reason in ("stop", "length"), chunks[-1].error
+        answer = "".join(c.text for c in chunks)
+        if answer:
+            messages.append(Message("assistant", answer))
+    return messages
+
+
+@pytest.mark.parametrize("where", ["in-process", "worker"])
+def test_continue_of_ten_turns_evaluates_only_the_new_message(tiny_qwen35, tmp_path, where):
+    """The state saved beside the conversation is loaded by the next engine: its first turn
+    evaluates only the new message; a state made with another context size is ignored."""
+    state = tmp_path / "chat.state"
+    first = LlamaCppEngine(plan(), tiny_qwen35)
+    try:
+        messages = ten_turns(first)
+        assert first.save_state(state) > 0
+    finally:
+        first.close()
+    messages.append(user_message(11))
+    eng = LlamaCppEngine(plan(), tiny_qwen35) if where == "in-process" else WorkerEngine(plan(), tiny_qwen35)
+    try:
+        assert eng.load_state(state) is None
+        final = list(eng.chat(messages, ChatOptions(temperature=0, max_tokens=4)))[-1]
+        assert final.finish_reason in ("stop", "length"), final.error
+        s = final.stats
+        counter = LlamaCppEngine(plan(), tiny_qwen35)
+        bound = new_part(counter, messages, True) + SLACK
+        counter.close()
+        assert s.prompt_tokens <= bound
+        assert s.reused_tokens > s.prompt_length * 0.8
+    finally:
+        eng.close()
+    other = LlamaCppEngine(plan(1024), tiny_qwen35)
+    try:
+        note = other.load_state(state)
+        assert note and "n_ctx" in note
+    finally:
+        other.close()
+
+
+def test_mlx_saved_state_round_trips(tmp_path_factory):
+    pytest.importorskip("mlx_lm")
+    from mlx_fixture import write_tiny_qwen35_moe
+    from pocketchat.engines.mlx.engine import MlxEngine
+
+    folder = write_tiny_qwen35_moe(tmp_path_factory.mktemp("mlx") / "hybrid")
+    mplan = LoadPlan(backend="mlx", placement="cpu", n_gpu_layers=0, n_ctx=2048, n_threads=1,
+                     n_threads_batch=1)
+    state = tmp_path_factory.mktemp("state") / "chat.state"
+    eng = MlxEngine(mplan, folder)
+    try:
+        messages = ten_turns(eng)
+        assert eng.save_state(state) > 0
+    finally:
+        eng.close()
+    messages.append(user_message(11))
+    eng = MlxEngine(mplan, folder)
+    try:
+        assert eng.load_state(state) is None
+        final = list(eng.chat(messages, ChatOptions(temperature=0, max_tokens=4)))[-1]
+        assert final.stats.prompt_tokens <= new_part(eng, messages, True) + SLACK
+    finally:
+        eng.close()

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterator, Sequence
 
 from pocketchat.errors import EngineError, PocketchatError
@@ -253,6 +255,68 @@ class EngineBase:
                     finish_reason=finish)  # type: ignore[arg-type]
         if finish in ("stop", "length") and not self._cancel.is_set():
             self._settle(plan.messages, "".join(answer_text) + tail_a, opts)
+
+    # -- saved state (--continue) ----------------------------------------------------------
+
+    def _state_key(self) -> dict:
+        from pocketchat.engines.saved_state import state_key
+
+        plan = getattr(self, "plan", None)
+        return state_key(self.info.path, self.info.backend, self.n_ctx,
+                         getattr(plan, "kv_type", "") or "")
+
+    def save_state(self, path: Path) -> int:
+        """Write what the model's state holds beside a conversation; the bytes written
+        (0: nothing to save, or too large)."""
+        from pocketchat.engines import saved_state
+
+        path = Path(path)
+        with self._idle():
+            if not self.cache.tokens:
+                return 0
+            written = self._save_file(path, saved_state.MAX_STATE_BYTES)
+            if written:
+                saved_state.write_meta(path, self._state_key(), len(self.cache.tokens))
+            else:
+                saved_state.remove(path)
+            return written
+
+    def load_state(self, path: Path) -> str | None:
+        """Restore a state `save_state` wrote; None when it loaded, else a note saying why not."""
+        from pocketchat.engines import saved_state
+
+        path = Path(path)
+        with self._idle():
+            if not path.exists():
+                return "no saved model state"
+            why = saved_state.check_meta(path, self._state_key())
+            if why is not None:
+                return why
+            self.cache.reset()
+            tokens = self._load_file(path)
+            if tokens is None:
+                self.cache.reset()
+                return "the saved model state did not load; the conversation is processed again"
+            self.cache.tokens = tokens
+            return None
+
+    @contextmanager
+    def _idle(self) -> Iterator[None]:
+        """Hold the engine between answers (state files are written under the busy lock)."""
+        if self._closed:
+            raise EngineError("the engine is closed", hint="Open the model again.")
+        if not self._busy.acquire(blocking=False):
+            raise EngineError("the engine is answering; save or load its state after the answer")
+        try:
+            yield
+        finally:
+            self._busy.release()
+
+    def _save_file(self, path: Path, limit: int) -> int:
+        return 0
+
+    def _load_file(self, path: Path) -> list[int] | None:
+        return None
 
     # -- after the answer -------------------------------------------------------------------
 

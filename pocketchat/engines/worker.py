@@ -6,8 +6,10 @@ with it. So the backend runs in a `spawn`ed child; the parent only reads chunks.
 
 Protocol (pickled tuples over one duplex pipe):
   parent -> child   ("chat", req, messages, options) | ("cancel", req) | ("close",)
+                    | ("save_state" | "load_state", req, path)
   child -> parent   ("progress", stage, fraction) | ("ready", EngineInfo)
                     | ("load_error", PocketchatError) | ("chunk", req, Chunk)
+                    | ("result", req, value or PocketchatError)
 The child coalesces deltas: it sends the first chunk of an answer at once (time to first
 token) and then at most one chunk every FLUSH_SECONDS, so the pipe costs the generation loop
 one small send per ~30 ms, not one per token. A child thread listens for cancel, so cancel
@@ -157,7 +159,7 @@ def _child_main(conn: Any, plan: LoadPlan, path: str, name: str | None,
                 msg = conn.recv()
             except (EOFError, OSError):  # the parent is gone
                 msg = ("close",)
-            if msg[0] == "chat":
+            if msg[0] in ("chat", "save_state", "load_state"):
                 requests.put(msg)
             elif msg[0] == "cancel":
                 cancelled.add(msg[1])
@@ -171,6 +173,13 @@ def _child_main(conn: Any, plan: LoadPlan, path: str, name: str | None,
 
     threading.Thread(target=listen, name="pocketchat-listen", daemon=True).start()
     while (msg := requests.get()) is not None:
+        if msg[0] != "chat":  # ("save_state" | "load_state", req, path): one result back
+            try:
+                result: Any = getattr(engine, msg[0])(msg[2])
+            except Exception as exc:  # noqa: BLE001 - the caller gets the error
+                result = exc if isinstance(exc, PocketchatError) else EngineError(str(exc))
+            send(("result", msg[1], result))
+            continue
         _, req, messages, options = msg
         current[0] = req
         try:
@@ -379,6 +388,34 @@ class WorkerEngine:
             self._current = 0
             if not finished and self._crash is None:
                 self._abandon(req)
+            self._chat_lock.release()
+
+    def save_state(self, path: Path) -> int:
+        """The backend's `save_state` in the worker (see `base.EngineBase.save_state`)."""
+        return self._call("save_state", Path(path))
+
+    def load_state(self, path: Path) -> str | None:
+        """The backend's `load_state` in the worker (see `base.EngineBase.load_state`)."""
+        return self._call("load_state", Path(path))
+
+    def _call(self, name: str, arg: Any) -> Any:
+        if self._closed:
+            raise EngineError("the engine is closed", hint="Open the model again.")
+        if not self.ready:
+            self.wait_ready()
+        if not self._chat_lock.acquire(blocking=False):
+            raise EngineError("the engine is answering; save or load its state after the answer")
+        try:
+            self._req += 1
+            req = self._req
+            self._send((name, req, arg))
+            while True:
+                msg = self._recv(None, f"during {name}")
+                if msg is not None and msg[0] == "result" and msg[1] == req:
+                    if isinstance(msg[2], BaseException):
+                        raise msg[2]
+                    return msg[2]
+        finally:
             self._chat_lock.release()
 
     def _abandon(self, req: int) -> None:

@@ -134,6 +134,19 @@ class LlamaCppEngine(EngineBase):
             self._lib.llama_sampler_free(self._sampler)
             self._sampler = None
 
+    # -- saved state ------------------------------------------------------------------------
+
+    def _save_file(self, path: Path, limit: int) -> int:
+        lib = self._lib
+        size = lib.llama_state_seq_get_size(self._ctx, 0)
+        if size > limit:
+            return 0
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return self.state.save_file(path, self.cache.tokens)
+
+    def _load_file(self, path: Path) -> list[int] | None:
+        return self.state.load_file(path, self.n_ctx)
+
     # -- prompt -----------------------------------------------------------------------------
 
     def _render(self, messages: Sequence[Message], thinking: bool, *,

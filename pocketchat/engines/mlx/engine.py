@@ -183,6 +183,38 @@ class MlxEngine(EngineBase):
         penalty = s.repeat_penalty if s.repeat_penalty and s.repeat_penalty != 1.0 else None
         return sampler, make_logits_processors(logit_bias=bias, repetition_penalty=penalty)
 
+    def _save_file(self, path: Path, limit: int) -> int:
+        import json
+
+        from mlx_lm.models.cache import save_prompt_cache
+
+        if MlxState.nbytes(self.state.layers) > limit:
+            return 0
+        path.parent.mkdir(parents=True, exist_ok=True)
+        target = path.with_name(path.name + ".safetensors")  # mlx adds the suffix itself
+        save_prompt_cache(str(target), self.state.layers,
+                          {"pocketchat_tokens": json.dumps(self.cache.tokens)})
+        target.replace(path)
+        return path.stat().st_size
+
+    def _load_file(self, path: Path) -> list[int] | None:
+        import json
+        import shutil
+        import tempfile
+
+        from mlx_lm.models.cache import load_prompt_cache
+
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                copy = Path(tmp) / "state.safetensors"
+                shutil.copyfile(path, copy)
+                layers, meta = load_prompt_cache(str(copy), return_metadata=True)
+            tokens = json.loads(meta["pocketchat_tokens"])
+        except Exception:  # noqa: BLE001 - a file mlx cannot read is ignored
+            return None
+        self.state.layers = layers
+        return [int(t) for t in tokens]
+
     def _begin(self, opts: ChatOptions) -> None:
         if opts.seed is not None:
             self._mx.random.seed(opts.seed)
