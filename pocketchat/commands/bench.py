@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass, replace
 
 from pocketchat.commands.turns import WORDS
+from pocketchat.commands.turns import final_chunk as _last
 from pocketchat.textsafe import visible
 
 
@@ -88,17 +89,6 @@ def bench_tg(engine, n_gen: int, reps: int, rng: random.Random) -> Result:
             speeds.append(final.stats.decode_tok_s)
             tokens = final.stats.generated_tokens
     return Result(f"tg{n_gen}", tokens, speeds)
-
-
-def _last(chunks):
-    from pocketchat.errors import EngineError
-
-    final = None
-    for final in chunks:
-        pass
-    if final is None or final.finish_reason == "error":
-        raise EngineError(f"the benchmark answer failed: {final.error if final else 'no output'}")
-    return final
 
 
 def run(args: argparse.Namespace) -> int:

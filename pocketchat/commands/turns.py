@@ -47,7 +47,8 @@ def message_tokens(n_ctx: int, turns: int) -> int:
     return max(8, min(MESSAGE_TOKENS, room))
 
 
-def _final(chunks) -> Any:
+def final_chunk(chunks) -> Any:
+    """The last chunk of a benchmark answer; EngineError when it failed."""
     from pocketchat.errors import EngineError
 
     final = None
@@ -65,7 +66,7 @@ def tokens_per_word(engine, words: list[str]) -> float:
     lengths = []
     for n in (8, 40):
         msg = Message("user", " ".join(words[:n]))
-        lengths.append(_final(engine.chat([msg], ChatOptions(max_tokens=1))).stats.prompt_length)
+        lengths.append(final_chunk(engine.chat([msg], ChatOptions(max_tokens=1))).stats.prompt_length)
     slope = (lengths[1] - lengths[0]) / 32
     return slope if slope > 0 else 1.5
 
@@ -89,7 +90,7 @@ def run_turns(engine, turns: int, thinking: bool, seed: int = 7) -> list[TurnRow
         final = None
         for final in engine.chat(messages, opts):
             answer.append(final.text)
-        _final([final] if final is not None else [])  # raises on a failed answer
+        final_chunk([final] if final is not None else [])  # raises on a failed answer
         s = final.stats
         rows.append(TurnRow(f"turn{k}", s.prompt_length, s.reused_tokens, s.evaluated_tokens,
                             s.ttft_seconds or 0.0))
