@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 TITLE_LENGTH = 60
+STATES = "states"  # the model's saved state of a conversation: <folder>/states/<id>.state
+MAX_SAVED_STATES = 3  # states kept on disk: the most recently saved conversations'
 
 
 @dataclass
@@ -101,6 +103,11 @@ class Conversation:
     @property
     def path(self) -> Path:
         return (self.directory or settings().conversations_dir) / f"{self.id}.json"
+
+    @property
+    def state_path(self) -> Path:
+        """Where the model's state for this conversation is saved (`--continue` loads it)."""
+        return self.path.parent / STATES / f"{self.id}.state"
 
     @property
     def display_title(self) -> str:
@@ -225,6 +232,30 @@ class Autosave:
         self.conversation.save()
         self._last = time.monotonic()
         self.saves += 1
+
+
+def prune_states(folder: Path, keep: int = MAX_SAVED_STATES) -> list[Path]:
+    """Delete saved model states beyond the `keep` most recent (each with its key file);
+    the states deleted."""
+    states = sorted(folder.glob("*.state"), key=_mtime, reverse=True)
+    gone = []
+    for path in states[keep:]:
+        for p in (path, path.with_name(path.name + ".json")):
+            try:
+                p.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.warning("could not delete the saved model state %s: %s", p, exc)
+        gone.append(path)
+    return gone
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def load(path_or_id: str | Path, directory: Path | None = None) -> Conversation:

@@ -217,7 +217,7 @@ def test_continue_of_ten_turns_evaluates_only_the_new_message(tiny_qwen35, tmp_p
     other = LlamaCppEngine(plan(1024), tiny_qwen35)
     try:
         note = other.load_state(state)
-        assert note and "n_ctx" in note
+        assert note and "context size" in note
     finally:
         other.close()
 

@@ -272,6 +272,7 @@ class EngineBase:
 
         path = Path(path)
         with self._idle():
+            saved_state.remove(path)  # no key beside a half-written file: never loaded
             if not self.cache.tokens:
                 return 0
             written = self._save_file(path, saved_state.MAX_STATE_BYTES)

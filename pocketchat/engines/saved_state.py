@@ -16,6 +16,9 @@ from typing import Any
 
 MAX_STATE_BYTES = 512 * 1024 * 1024
 
+WHAT = {"model": "model file", "size": "model file", "mtime": "model file", "backend": "backend",
+        "n_ctx": "context size", "kv_type": "KV cache type"}  # a key's words in a note
+
 
 def state_key(model_path: str, backend: str, n_ctx: int, kv_type: str) -> dict[str, Any]:
     try:
@@ -35,17 +38,26 @@ def write_meta(path: Path, key: dict[str, Any], tokens: int) -> None:
     meta_path(path).write_text(json.dumps({**key, "tokens": tokens}))
 
 
+def saved_tokens(path: Path) -> int:
+    """How many tokens the state at `path` holds, by its key file (0 when unknown)."""
+    try:
+        return max(int(json.loads(meta_path(path).read_text()).get("tokens", 0)), 0)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return 0
+
+
 def check_meta(path: Path, key: dict[str, Any]) -> str | None:
     """None when the state at `path` was made under `key`; else why it is ignored."""
     try:
         meta = json.loads(meta_path(path).read_text())
     except (OSError, ValueError):
         return "the saved model state has no readable key; the conversation is processed again"
-    differs = [k for k in key if meta.get(k) != key[k]]
+    differs = list(dict.fromkeys(WHAT[k] for k in key if meta.get(k) != key[k]))
     if differs:
         return (f"the saved model state was made with another {' and '.join(differs)}; "
                 "the conversation is processed again")
     return None
+
 
 
 def remove(path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterator, Literal, Protocol, Sequence, runtime_checkable
 
 from pocketchat.errors import EngineError, PocketchatError
@@ -120,4 +121,17 @@ class Engine(Protocol):
 
     def close(self) -> None:
         """Free the model's memory; the engine cannot be used after."""
+        ...
+
+
+@runtime_checkable
+class StatefulEngine(Engine, Protocol):
+    """An engine whose sequence state can be saved beside a conversation (`--continue`)."""
+
+    def save_state(self, path: Path) -> int:
+        """Write what the state holds to `path`; the bytes written (0: nothing written)."""
+        ...
+
+    def load_state(self, path: Path) -> str | None:
+        """Restore a state `save_state` wrote; None when it loaded, else a note saying why not."""
         ...

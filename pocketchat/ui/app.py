@@ -174,6 +174,7 @@ class ChatApp(App[int]):
             self.chat.notice(note, kind="info")
         self._sample_memory()
         self.chat.idle_status()
+        self.chat.restore_state()
         if self.ui_nice:  # once: threads started later inherit it
             lower_ui_priority(self.ui_nice)
             self.ui_nice = 0

@@ -20,6 +20,7 @@ from pocketchat import conversations
 from pocketchat.conversations import Conversation, save_problem
 from pocketchat.errors import EngineCrashed, HelperGone, PocketchatError
 from pocketchat.engines.types import ChatOptions, Engine, EngineInfo
+from pocketchat.ui import modelstate
 from pocketchat.ui.messages import EngineLost
 from pocketchat.ui.screens import ConversationsScreen, SystemPromptScreen
 from pocketchat.ui.streaming import AnswerStream, RenderPacer, StreamUpdate
@@ -93,7 +94,7 @@ class Chat(Vertical):
         self._status_at = 0.0
         self._shown_state = ""
         self._mounting: list[AwaitMount] = []  # notices being mounted
-        self._previous: AnswerStream | None = None  # a stream left behind by Ctrl+N
+        self._restoring: asyncio.Task | None = None  # the saved model state being loaded
 
     def compose(self) -> ComposeResult:
         yield ChatLog(id="chat-log")
@@ -168,9 +169,7 @@ class Chat(Vertical):
 
     async def send(self, text: str) -> None:
         assert self.engine is not None
-        if self._previous is not None:  # one answer at a time: let a stopped one end first
-            await asyncio.to_thread(self._previous.wait, 10.0)
-            self._previous = None
+        await self._engine_free()
         conversation = self.conversation
         if self.info is not None and not conversation.model_path:  # what `--continue` reopens
             conversation.model = conversation.model or self.info.model
@@ -276,8 +275,31 @@ class Chat(Vertical):
         """Stop the answer in flight (waiting up to `wait` seconds for it to save)."""
         if self.stream is not None:
             self.stream.cancel()
-            if wait:
-                self.stream.wait(wait)
+        if wait and self.last_stream is not None:  # the answer saved, and the model's state
+            self.last_stream.wait_settled(wait)
+
+    async def _engine_free(self) -> None:
+        """Wait for the last answer's state save and a state load (one engine call at a time)."""
+        if self._restoring is not None:
+            await self._restoring
+            self._restoring = None
+        last = self.last_stream
+        if last is not None and not last.settled.is_set():
+            await asyncio.to_thread(last.wait_settled, 60.0)
+
+    # -- the model's saved state ------------------------------------------------------------
+    def restore_state(self) -> None:
+        """Load the conversation's saved model state into the engine (in a thread)."""
+        if self.engine is not None and self.conversation.messages:
+            self._restoring = asyncio.create_task(self._restore(self.engine, self.conversation))
+
+    async def _restore(self, engine: Engine, conversation: Conversation) -> None:
+        last = self.last_stream
+        if last is not None and not last.settled.is_set():
+            await asyncio.to_thread(last.wait_settled, 60.0)
+        result = await asyncio.to_thread(modelstate.restore, engine, conversation)
+        if result is not None and conversation is self.conversation and engine is self.engine:
+            self.notice(result.text, kind="info")
 
     # -- conversations ---------------------------------------------------------------------
     async def new_chat(self) -> None:
@@ -286,8 +308,7 @@ class Chat(Vertical):
 
     async def open_conversation(self, conversation: Conversation) -> None:
         if self.stream is not None:
-            stream = self._previous = self.stream
-            stream.cancel()  # the thread saves the old conversation as far as it got
+            self.stream.cancel()  # the thread saves the old conversation as far as it got
             self._stop_pump()
             self.stream, self._answer = None, None
         self.conversation = conversation
@@ -295,6 +316,7 @@ class Chat(Vertical):
         await self.show_conversation(conversation)
         self.idle_status()
         self.query_one(PromptInput).focus()
+        self.restore_state()
 
     def edit_system_prompt(self) -> None:
         def apply(value: str | None) -> None:

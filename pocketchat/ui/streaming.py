@@ -2,7 +2,8 @@
 
 Nothing here knows Textual. `AnswerStream.run()` runs in a worker thread: it appends each
 chunk to the conversation's assistant message, saves the conversation at most once a second
-(`Autosave`), and keeps the text not yet shown in a buffer. The UI calls `drain()` from a
+(`Autosave`), and keeps the text not yet shown in a buffer; after the answer it saves the
+model's state beside the conversation (`modelstate.save`). The UI calls `drain()` from a
 timer (at most 10 times a second) and renders what piled up since the last call, so the
 number of screen updates does not grow with the token rate.
 """
@@ -17,6 +18,7 @@ from typing import Callable, Sequence
 
 from pocketchat.conversations import Autosave, ChatMessage, Conversation, stats_summary
 from pocketchat.engines.types import ChatOptions, Engine, Message, Stats
+from pocketchat.ui import modelstate
 
 UPDATES_PER_SECOND = 10  # the most screen updates a second while an answer streams
 MIN_UPDATES_PER_SECOND = 2
@@ -58,6 +60,7 @@ class AnswerStream:
         self.options = options
         self.autosave = Autosave(conversation, save_interval)
         self.finished = threading.Event()
+        self.settled = threading.Event()  # the model's state is saved: the engine is free
         self.cancelled = False
         self._lock = threading.Lock()
         self._text: list[str] = []
@@ -106,6 +109,9 @@ class AnswerStream:
         with self._lock:
             self._finish, self._error, self._exception = finish, error, exception
         self.finished.set()
+        if finish != "error":  # the answer is on screen; its state is saved while the user reads
+            modelstate.save(self.engine, self.conversation)
+        self.settled.set()
 
     def _save(self, force: bool = False) -> None:
         try:
@@ -148,6 +154,10 @@ class AnswerStream:
 
     def wait(self, timeout: float | None = None) -> bool:
         return self.finished.wait(timeout)
+
+    def wait_settled(self, timeout: float | None = None) -> bool:
+        """Wait until the answer ended and the model's state is saved (the engine is free)."""
+        return self.settled.wait(timeout)
 
 
 class RenderPacer:
