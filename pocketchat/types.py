@@ -99,6 +99,17 @@ class Sampling:
     repeat_penalty: float = 1.0
 
 
+# Checkpoints of a recurrent state (hybrid models such as POCKET) that the engine's prompt
+# cache keeps in RAM, and the memory estimate counts: at most this many, and this many bytes.
+MAX_CHECKPOINTS = 4
+MAX_CHECKPOINT_BYTES = 256 * 1024 * 1024  # POCKET's DeltaNet state is ~63 MB: four fit
+
+
+def checkpoint_bytes(recurrent_state_bytes: int) -> int:
+    """RAM the prompt cache's checkpoints may take for a state of this size (0: no recurrent state)."""
+    return min(MAX_CHECKPOINTS * max(recurrent_state_bytes, 0), MAX_CHECKPOINT_BYTES)
+
+
 @dataclass(frozen=True)
 class LoadPlan:
     """How to load one build on one machine."""

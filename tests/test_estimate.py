@@ -40,3 +40,19 @@ def test_experts_on_cpu_puts_most_bytes_in_ram():
     gpu, ram = split_experts(need, q4)
     assert gpu < 3e9 and ram > 19e9
     assert gpu + ram < need.total + 1e9
+
+
+def test_checkpoints_of_a_recurrent_state_are_counted_in_ram():
+    """POCKET's prompt cache keeps up to 4 copies of its DeltaNet state in RAM: the estimate
+    counts them (also when the model is on a GPU), an attention-only model has none."""
+    from pocketchat.select import catalog
+    from pocketchat.select.estimate import RECURRENT_STATE_BYTES, memory_need
+    from pocketchat.types import MAX_CHECKPOINT_BYTES, checkpoint_bytes
+
+    pocket = catalog.get("POCKET-35B-Q4_K_M")
+    need = memory_need(pocket, 8192)
+    assert need.checkpoints == min(4 * RECURRENT_STATE_BYTES, MAX_CHECKPOINT_BYTES) > 0
+    assert need.total - need.checkpoints == (need.weights + need.kv_cache + need.state
+                                            + need.compute + need.overhead)
+    assert memory_need(pocket, 8192, on_gpu=True).host == need.overhead + need.checkpoints
+    assert checkpoint_bytes(0) == 0 and checkpoint_bytes(10**9) == MAX_CHECKPOINT_BYTES

@@ -34,7 +34,8 @@ CASES = [
     ("linux-32gb", [helper(16, SLOW)], "POCKET-35B-Q4_K_M", False, "already fits this machine alone"),
     ("linux-32gb", [helper(16, GBE)], "POCKET-35B-Q4_K_M", False, "does not pay"),
     ("linux-16gb", [helper(16, SLOW)], None, False, "too slow"),
-    ("linux-16gb", [helper(8, GBE)], "POCKET-35B-Q3_K_M", True, "instead of POCKET-35B-IQ1_M"),
+    # Q3_K_M misses this pool by less than the 252 MB the prompt cache's checkpoints take here
+    ("linux-16gb", [helper(8, GBE)], "POCKET-35B-Q2_K", True, "instead of POCKET-35B-IQ1_M"),
     ("linux-16gb", [helper(8, GBE), helper(8, GBE)], "POCKET-35B-Q4_K_M", True, "pooling pays"),
     ("board-4gb", [helper(4, GBE)], None, None, None),
 ]

@@ -109,14 +109,16 @@ def format_report(d: dict) -> str:
                      f"{fmt_gb(f['expert_bytes'])} in {len(f['expert_layer_bytes'])} layers ({fmt_gb(per)} each), "
                      f"{fmt_gb(f['other_bytes'])} the rest; {fmt_gb(f['active_bytes'])} read per token")
     lines += ["", "  memory needed (estimate, loaded on the CPU; placement: the fastest that fits here)", "  " + "  ".join(h.rjust(w) for h, w in zip(
-        ("n_ctx", "weights", "KV", "state", "compute", "runtime", "total", "placement"), (7, 10, 10, 10, 10, 10, 10, 22)))]
+        ("n_ctx", "weights", "KV", "state", "ckpts", "compute", "runtime", "total", "placement"),
+        (7, 10, 10, 10, 10, 10, 10, 10, 22)))]
     for r in d["memory"]:
         place = r["placement"] or "does not fit"
         if r["placement"] == "gpu+cpu-experts" and r["n_cpu_moe"]:
             place += f" ({r['n_cpu_moe']} in RAM)"
         lines.append("  " + "  ".join(c.rjust(w) for c, w in zip(
             (str(r["n_ctx"]), fmt_gb(r["weights"]), fmt_gb(r["kv_cache"]), fmt_gb(r["state"]),
-             fmt_gb(r["compute"]), fmt_gb(r["overhead"]), fmt_gb(r["total"]), place), (7, 10, 10, 10, 10, 10, 10, 22))))
+             fmt_gb(r["checkpoints"]), fmt_gb(r["compute"]), fmt_gb(r["overhead"]), fmt_gb(r["total"]), place),
+            (7, 10, 10, 10, 10, 10, 10, 10, 22))))
     lines += ["", f"  on this machine: {d['verdict']}"]
     return "\n".join(lines)
 

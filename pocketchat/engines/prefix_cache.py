@@ -22,9 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, Sequence
 
+from pocketchat.types import MAX_CHECKPOINT_BYTES, MAX_CHECKPOINTS
+
 Source = Literal["live", "checkpoint", "fresh"]
-MAX_CHECKPOINTS = 4
-MAX_CHECKPOINT_BYTES = 256 * 1024 * 1024  # POCKET's DeltaNet state is ~63 MB: four fit
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from pocketchat.modelfile.facts import ModelFacts
 from pocketchat.select.catalog import bytes_per_token, expert_bytes
-from pocketchat.types import GPU, MiB, Build
+from pocketchat.types import GPU, MiB, Build, checkpoint_bytes
 
 # KV cache at F16: only the 10 full-attention layers hold one:
 # 10 layers x 2 KV heads x 256 head dim x 2 (K and V) x 2 bytes.
@@ -95,10 +95,16 @@ class MemoryNeed:
     state: int
     compute: int
     overhead: int
+    checkpoints: int = 0  # copies of the recurrent state the prompt cache keeps (RAM)
 
     @property
     def total(self) -> int:
-        return self.weights + self.kv_cache + self.state + self.compute + self.overhead
+        return self.weights + self.kv_cache + self.state + self.compute + self.overhead + self.checkpoints
+
+    @property
+    def host(self) -> int:
+        """Bytes that stay in RAM wherever the model runs: the runtime and the checkpoints."""
+        return self.overhead + self.checkpoints
 
 
 def kv_cache_bytes(n_ctx: int, kv_bytes_per_token: int = KV_BYTES_PER_TOKEN) -> int:
@@ -127,7 +133,7 @@ def compute_bytes(facts: ModelFacts, n_ctx: int, *, on_gpu: bool, n_batch: int =
 
 def need_from_facts(facts: ModelFacts, n_ctx: int, *, on_gpu: bool = False, kv_type: str = "f16",
                     n_batch: int = 512) -> MemoryNeed:
-    """Weights + KV cache + recurrent state + compute + runtime, from the header's facts."""
+    """Weights + KV cache + recurrent state + compute + runtime + checkpoints, from the header's facts."""
     ctx = effective_ctx(facts, n_ctx)
     elem = KV_ELEM_BYTES.get(kv_type.lower(), 2.0)
     return MemoryNeed(
@@ -136,6 +142,7 @@ def need_from_facts(facts: ModelFacts, n_ctx: int, *, on_gpu: bool = False, kv_t
         state=facts.recurrent_state_bytes,
         compute=compute_bytes(facts, ctx, on_gpu=on_gpu, n_batch=min(n_batch, ctx)),
         overhead=runtime_bytes(facts),
+        checkpoints=checkpoint_bytes(facts.recurrent_state_bytes),
     )
 
 
@@ -174,15 +181,17 @@ def build_from_facts(facts: ModelFacts, name: str, *, repo_id: str = "", filenam
 
 def memory_need(build: Build, n_ctx: int, *, kv_bytes_per_token: int = KV_BYTES_PER_TOKEN,
                 on_gpu: bool = False) -> MemoryNeed:
-    """Weights + KV cache + recurrent state + compute buffers + runtime overhead."""
+    """Weights + KV cache + recurrent state + compute buffers + runtime overhead + checkpoints."""
     if build.facts is not None:
         return need_from_facts(build.facts, n_ctx, on_gpu=on_gpu)
+    state = RECURRENT_STATE_BYTES if build.expert_fraction > 0 else 0
     return MemoryNeed(
         weights=build.size_bytes,
         kv_cache=kv_cache_bytes(n_ctx, kv_bytes_per_token),
-        state=RECURRENT_STATE_BYTES if build.expert_fraction > 0 else 0,
+        state=state,
         compute=COMPUTE_BASE_BYTES + n_ctx * COMPUTE_PER_TOKEN_BYTES,
         overhead=RUNTIME_OVERHEAD_BYTES,
+        checkpoints=checkpoint_bytes(state),
     )
 
 
@@ -201,8 +210,8 @@ def split_experts(need: MemoryNeed, build: Build, n_cpu_moe: int | None = None) 
         in_ram = facts.expert_bytes_of_first(n)
     else:
         in_ram = int(expert_bytes(build) * n / max(layers, 1))
-    gpu = need.total - need.overhead - in_ram
-    ram = in_ram + need.overhead + (COMPUTE_BASE_BYTES // 2 if in_ram else 0)
+    gpu = need.total - need.host - in_ram
+    ram = in_ram + need.host + (COMPUTE_BASE_BYTES // 2 if in_ram else 0)
     return gpu, ram
 
 

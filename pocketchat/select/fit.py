@@ -129,8 +129,8 @@ def _gpu_options(build: Build, profile: HardwareProfile, gpu: GPU, n_ctx: int, r
     budget = gpu_budget(gpu, profile)
     label = "Metal budget" if gpu.vendor == "apple" else f"free on the {gpu.name}"
     need = est.memory_need(build, n_ctx, on_gpu=True)
-    vram = need.total - need.overhead
-    options = [Fit("gpu", -1, False, need.total, vram <= budget and need.overhead <= ram,
+    vram = need.total - need.host
+    options = [Fit("gpu", -1, False, need.total, vram <= budget and need.host <= ram,
                    f"{fmt_gb(budget)} {label}")]
     layers = est.expert_layer_count(build)
     if gpu.vendor == "apple" or layers == 0 or options[0].fits:

@@ -67,11 +67,11 @@ class Split:
 def split(need: est.MemoryNeed, n_layers: int, budgets: Sequence[int]) -> Split:
     """Layers per device in proportion to what each can hold after its fixed costs.
 
-    This machine keeps the runtime overhead and a compute buffer; each helper a compute buffer.
+    This machine keeps the runtime, the checkpoints and a compute buffer; each helper a compute buffer.
     `fits` is False when the layers do not fit the pool (the split is then still proportional).
     """
     per_layer = (need.weights + need.kv_cache + need.state) / max(n_layers, 1)
-    fixed = [need.compute + need.overhead] + [need.compute] * (len(budgets) - 1)
+    fixed = [need.compute + need.host] + [need.compute] * (len(budgets) - 1)
     caps = [max(int((b - f) // per_layer), 0) if per_layer else n_layers for b, f in zip(budgets, fixed)]
     total_cap = sum(caps)
     if total_cap == 0:
