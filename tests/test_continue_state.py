@@ -69,6 +69,7 @@ def test_continue_of_ten_turns_reads_only_the_new_message(tiny_qwen35):
     first, _ = run_app(chat(tiny_qwen35, range(1, TURNS + 1)))
     state = first.state_path
     assert state.is_file() and state.stat().st_size > 0
+    assert state.stat().st_mode & 0o077 == 0  # private, like the conversation itself
 
     again, _ = run_app(chat(tiny_qwen35, range(TURNS + 1, TURNS + 2), conversations.last(),
                             expect="Restored the model's state"))

@@ -278,6 +278,7 @@ class EngineBase:
             written = self._save_file(path, saved_state.MAX_STATE_BYTES)
             if written:
                 saved_state.write_meta(path, self._state_key(), len(self.cache.tokens))
+                saved_state.make_private(path)  # it holds the conversation, as its JSON does
             else:
                 saved_state.remove(path)
             return written

@@ -60,6 +60,15 @@ def check_meta(path: Path, key: dict[str, Any]) -> str | None:
 
 
 
+def make_private(path: Path) -> None:
+    """Readable by the owner only (the state and its key)."""
+    for p in (path, meta_path(path)):
+        try:
+            p.chmod(0o600)
+        except OSError:
+            pass
+
+
 def remove(path: Path) -> None:
     for p in (path, meta_path(path)):
         try:
