@@ -5,7 +5,9 @@ and on the starter model (SmolLM2-135M, attention only): the same conversation (
 of about 150 tokens, greedy answers capped at 32 tokens; pocketchat's answers are the history
 both are sent), thinking on (the templates' default). Turns alternate between the two, so the
 machine's load hits both alike. Per turn: tokens evaluated before the first answer token
-(llama.cpp's own counters) and the time to first token.
+(llama.cpp's own counters) and the time to first token, and llama.cpp's floor: the time bare
+llama.cpp takes to evaluate the same new tokens at the same position (the attention over a
+longer context makes every turn a little slower; that part is the model's, not pocketchat's).
 
     python benchmarks/bench_turns.py [--turns 10] [--threads 2] [--json]
 """
@@ -35,12 +37,32 @@ def user_text(rng: random.Random, k: int, n_words: int) -> str:
     return f"Message {k}: " + " ".join(rng.choice(WORDS) for _ in range(n_words))
 
 
-def pocketchat_turn(eng: LlamaCppEngine, messages: list[Message]) -> tuple[str, int, float]:
+OPTIONS = ChatOptions(temperature=0.0, max_tokens=ANSWER)
+
+
+def pocketchat_turn(eng: LlamaCppEngine, messages: list[Message]) -> tuple[str, int, float, list[int]]:
+    prompt = eng._prompt(tuple(messages), OPTIONS).tokens
     text, final = [], None
-    for final in eng.chat(messages, ChatOptions(temperature=0.0, max_tokens=ANSWER)):
+    for final in eng.chat(messages, OPTIONS):
         text.append(final.text)
     assert final is not None and final.finish_reason in ("stop", "length"), final and final.error
-    return "".join(text), final.stats.evaluated_tokens, final.stats.ttft_seconds or 0.0
+    return "".join(text), final.stats.evaluated_tokens, final.stats.ttft_seconds or 0.0, prompt
+
+
+def floor_seconds(llm, prompt: list[int], evaluated: int, tries: int = 3) -> float:
+    """llama.cpp alone: the time to evaluate the last `evaluated` tokens of `prompt` after the
+    rest (at the same position, so attention over the same context), and sample one token;
+    the best of `tries`."""
+    best = float("inf")
+    for _ in range(tries):
+        llm.reset()
+        llm._ctx.kv_cache_clear()
+        llm.eval(prompt[: len(prompt) - evaluated])
+        started = time.perf_counter()
+        llm.eval(prompt[len(prompt) - evaluated:])
+        llm.sample(temp=0.0)
+        best = min(best, time.perf_counter() - started)
+    return best
 
 
 def llama_cpp_turn(llm, messages: list[Message]) -> tuple[int, float]:
@@ -66,6 +88,8 @@ def bench_model(name: str, path: Path, turns: int, threads: int) -> list[dict]:
     eng = LlamaCppEngine(plan, path, name=name)
     llm = llama_cpp.Llama(str(path), n_ctx=4096, n_threads=threads, n_threads_batch=threads,
                           n_gpu_layers=0, verbose=False)
+    bare = llama_cpp.Llama(str(path), n_ctx=4096, n_threads=threads, n_threads_batch=threads,
+                           n_gpu_layers=0, verbose=False)
     rng = random.Random(7)
     per_word = 1.5 if name == "starter" else 6.5  # byte-level vocabulary: ~6.5 tokens a word
     messages: list[Message] = []
@@ -73,25 +97,27 @@ def bench_model(name: str, path: Path, turns: int, threads: int) -> list[dict]:
     try:
         for k in range(1, turns + 1):
             messages.append(Message("user", user_text(rng, k, round(150 / per_word))))
-            answer, ev_pc, ttft_pc = pocketchat_turn(eng, messages)
+            answer, ev_pc, ttft_pc, prompt = pocketchat_turn(eng, messages)
+            floor = floor_seconds(bare, prompt, ev_pc)
             ev_lcp, ttft_lcp = llama_cpp_turn(llm, messages)
             rows.append({"model": name, "turn": k, "pocketchat_evaluated": ev_pc,
-                         "pocketchat_ttft_s": round(ttft_pc, 4), "llama_cpp_evaluated": ev_lcp,
-                         "llama_cpp_ttft_s": round(ttft_lcp, 4)})
+                         "pocketchat_ttft_s": round(ttft_pc, 4), "floor_s": round(floor, 4),
+                         "llama_cpp_evaluated": ev_lcp, "llama_cpp_ttft_s": round(ttft_lcp, 4)})
             if answer:
                 messages.append(Message("assistant", answer))
     finally:
         eng.close()
         llm.close()
+        bare.close()
     return rows
 
 
 def table(rows: list[dict]) -> str:
-    head = ["model", "turn", "pocketchat eval", "pocketchat TTFT", "llama-cpp-python eval",
-            "llama-cpp-python TTFT"]
+    head = ["model", "turn", "pocketchat eval", "pocketchat TTFT", "llama.cpp floor",
+            "llama-cpp-python eval", "llama-cpp-python TTFT"]
     body = [[r["model"], str(r["turn"]), str(r["pocketchat_evaluated"]),
-             f"{r['pocketchat_ttft_s'] * 1000:.0f} ms", str(r["llama_cpp_evaluated"]),
-             f"{r['llama_cpp_ttft_s'] * 1000:.0f} ms"] for r in rows]
+             f"{r['pocketchat_ttft_s'] * 1000:.1f} ms", f"{r['floor_s'] * 1000:.1f} ms",
+             str(r["llama_cpp_evaluated"]), f"{r['llama_cpp_ttft_s'] * 1000:.1f} ms"] for r in rows]
     widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
     line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
     return "\n".join([line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|",
@@ -115,8 +141,22 @@ def main() -> int:
         for name, path in models.items():
             if args.only in (None, name):
                 rows += bench_model(name, path, args.turns, args.threads)
-    print(json.dumps(rows, indent=2) if args.json else table(rows))
+    print(json.dumps(rows, indent=2) if args.json else table(rows) + "\n\n" + growth(rows))
     return 0
+
+
+def growth(rows: list[dict]) -> str:
+    """TTFT of the last turn over turn 2's, for pocketchat and for llama.cpp's own floor."""
+    out = []
+    for name in dict.fromkeys(r["model"] for r in rows):
+        by = {r["turn"]: r for r in rows if r["model"] == name}
+        last = max(by)
+        if 2 in by and last > 2:
+            pc = by[last]["pocketchat_ttft_s"] / max(by[2]["pocketchat_ttft_s"], 1e-9)
+            fl = by[last]["floor_s"] / max(by[2]["floor_s"], 1e-9)
+            out.append(f"{name}: TTFT turn {last} / turn 2 = {pc:.2f} (llama.cpp floor for the same "
+                       f"tokens at the same positions: {fl:.2f})")
+    return "\n".join(out)
 
 
 if __name__ == "__main__":
