@@ -27,7 +27,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Generator, Iterator, Sequence
 
 from pocketchat.errors import EngineError, PocketchatError
 from pocketchat.engines.context import fit_messages, reply_reserve
@@ -68,6 +68,17 @@ class PromptPlan:
     in_thinking: bool
     dropped: int
     stable: int | None  # where the conversation ends before the generation prompt
+
+
+@dataclass
+class Progress:
+    """One answer's figures as it goes (what its chunks' stats are made of)."""
+
+    plan: PromptPlan
+    started: float
+    prepared: int  # tokens evaluated after the previous answer, for this one
+    kept: int = 0  # tokens of the prompt reused from the cache
+    ttft: float | None = None
 
 
 class EngineBase:
@@ -181,80 +192,76 @@ class EngineBase:
 
     def _answer(self, messages: tuple[Message, ...], opts: ChatOptions) -> Iterator[Chunk]:
         started = time.perf_counter()
-        n_ctx, cache = self.n_ctx, self.cache
         prepared, self._prepared = self._prepared, 0
         try:
             plan = self._prompt(messages, opts)
         except PocketchatError as exc:
-            yield Chunk.failed(exc, Stats(context_limit=n_ctx))
+            yield Chunk.failed(exc, Stats(context_limit=self.n_ctx))
             return
-        tokens = plan.tokens
-        max_new = n_ctx - len(tokens)
-        if opts.max_tokens is not None:
-            max_new = min(max_new, max(opts.max_tokens, 0))
+        progress = Progress(plan, started, prepared)
         splitter = ThinkSplitter(in_thinking=plan.in_thinking)
-        kept = [0]
-        ttft: float | None = None
-        finish: str | None = None
         answer_text: list[str] = []
-        pending = ("", "")
-
-        def stats() -> Stats:
-            t = self._timing()
-            return Stats(prompt_tokens=t.prompt_tokens, prompt_seconds=t.prompt_seconds,
-                         generated_tokens=t.generated_tokens, decode_seconds=t.decode_seconds,
-                         ttft_seconds=ttft, context_used=len(cache.tokens), context_limit=n_ctx,
-                         dropped_messages=plan.dropped, peak_memory_bytes=t.peak_memory_bytes,
-                         prompt_length=len(tokens), reused_tokens=kept[0],
-                         prepared_tokens=min(prepared, kept[0]))
-
-        gen = None
         try:
-            self._begin(opts)
-            reuse = cache.prepare(tokens)
-            kept[0] = reuse.keep
-            if max_new <= 0:
-                finish = "length"
-            else:
-                start = reuse.keep
-                if plan.stable is not None and plan.stable > start:
-                    self._evaluate(tokens[start: plan.stable])
-                    cache.save_checkpoint()
-                    start = plan.stable
-                gen = self._generate(tokens[start:], opts, max_new)
-                for step in gen:
-                    if ttft is None:
-                        ttft = time.perf_counter() - started
-                    answer, thinking = splitter.feed(step.text)
-                    answer_text.append(answer)
-                    if step.finish is not None:
-                        finish, pending = step.finish, (answer, thinking)
-                        break
-                    if answer or thinking:
-                        yield Chunk(text=answer, thinking=thinking, stats=stats())
-                    if self._cancel.is_set():
-                        finish = "cancelled"
-                        break
-                else:
-                    finish = "cancelled" if self._cancel.is_set() else "stop"
-        except Cancelled:
-            finish = "cancelled"
-        except GeneratorExit:
-            raise
+            finish, pending = yield from self._produce(plan, opts, progress, splitter, answer_text)
         except Exception as exc:  # noqa: BLE001 - a failed answer ends with an error chunk
-            cache.reset()  # stopped mid-computation: its state is unknown
-            yield Chunk.failed(exc, stats(), prefix=f"{self.label} failed: ")
+            self.cache.reset()  # stopped mid-computation: its state is unknown
+            yield Chunk.failed(exc, self._stats(progress), prefix=f"{self.label} failed: ")
             return
-        finally:
-            if gen is not None:
-                gen.close()
         if finish in ("stop", "length"):
             self._complete()
         tail_a, tail_t = splitter.flush()
-        yield Chunk(text=pending[0] + tail_a, thinking=pending[1] + tail_t, stats=stats(),
-                    finish_reason=finish)  # type: ignore[arg-type]
+        yield Chunk(text=pending[0] + tail_a, thinking=pending[1] + tail_t,
+                    stats=self._stats(progress), finish_reason=finish)  # type: ignore[arg-type]
         if finish in ("stop", "length") and not self._cancel.is_set():
             self._settle(plan.messages, "".join(answer_text) + tail_a, opts)
+
+    def _produce(self, plan: PromptPlan, opts: ChatOptions, progress: Progress,
+                 splitter: ThinkSplitter, answer_text: list[str]
+                 ) -> Generator[Chunk, None, tuple[str, tuple[str, str]]]:
+        """Reuse what the cache holds, evaluate the rest, sample; yields the chunks before the
+        last and returns the finish reason and the last step's (answer, thinking)."""
+        tokens = plan.tokens
+        max_new = self.n_ctx - len(tokens)
+        if opts.max_tokens is not None:
+            max_new = min(max_new, max(opts.max_tokens, 0))
+        gen = None
+        try:
+            self._begin(opts)
+            progress.kept = start = self.cache.prepare(tokens).keep
+            if max_new <= 0:
+                return "length", ("", "")
+            if plan.stable is not None and plan.stable > start:
+                self._evaluate(tokens[start: plan.stable])
+                self.cache.save_checkpoint()
+                start = plan.stable
+            gen = self._generate(tokens[start:], opts, max_new)
+            for step in gen:
+                if progress.ttft is None:
+                    progress.ttft = time.perf_counter() - progress.started
+                answer, thinking = splitter.feed(step.text)
+                answer_text.append(answer)
+                if step.finish is not None:
+                    return step.finish, (answer, thinking)
+                if answer or thinking:
+                    yield Chunk(text=answer, thinking=thinking, stats=self._stats(progress))
+                if self._cancel.is_set():
+                    return "cancelled", ("", "")
+            return ("cancelled" if self._cancel.is_set() else "stop"), ("", "")
+        except Cancelled:
+            return "cancelled", ("", "")
+        finally:
+            if gen is not None:
+                gen.close()
+
+    def _stats(self, progress: Progress) -> Stats:
+        t, plan = self._timing(), progress.plan
+        return Stats(prompt_tokens=t.prompt_tokens, prompt_seconds=t.prompt_seconds,
+                     generated_tokens=t.generated_tokens, decode_seconds=t.decode_seconds,
+                     ttft_seconds=progress.ttft, context_used=len(self.cache.tokens),
+                     context_limit=self.n_ctx, dropped_messages=plan.dropped,
+                     peak_memory_bytes=t.peak_memory_bytes, prompt_length=len(plan.tokens),
+                     reused_tokens=progress.kept,
+                     prepared_tokens=min(progress.prepared, progress.kept))
 
     # -- saved state (--continue) ----------------------------------------------------------
 
