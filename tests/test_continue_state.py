@@ -33,14 +33,15 @@ def message(turn: int) -> str:
     return f"Turn {turn}. Tell me about the number {turn * 17}, its digits and one fact about it."
 
 
-def chat_app(path, n_ctx: int = 4096, conversation=None):
+def chat_app(path, n_ctx: int = 4096, conversation=None, thinking: bool = False):
     return create_app(lambda: open_engine(plan(n_ctx), path, name="tiny-qwen35moe"),
-                      conversation=conversation, thinking=False, options=OPTIONS)
+                      conversation=conversation, thinking=thinking, options=OPTIONS)
 
 
-async def chat(path, turns: range, conversation=None, n_ctx: int = 4096, expect: str = ""):
-    """Run the app, send one message per turn; the notices it showed and the last answer."""
-    app = chat_app(path, n_ctx, conversation)
+async def chat(path, turns: range, conversation=None, n_ctx: int = 4096, expect: str = "",
+               thinking: bool = False):
+    """Run the app, send one message per turn; the conversation and what the screen showed."""
+    app = chat_app(path, n_ctx, conversation, thinking)
     async with app.run_test(size=(100, 32)) as pilot:
         await ready(pilot, timeout=60)
         if expect:
@@ -53,29 +54,32 @@ async def chat(path, turns: range, conversation=None, n_ctx: int = 4096, expect:
     return app.conversation, shown  # leaving run_test waits for the state to be saved
 
 
-def evaluated_bound(path, conversation) -> int:
+def evaluated_bound(path, conversation, thinking: bool) -> int:
     """Tokens of the last user message with its role header and the generation prompt."""
-    msgs = conversation.engine_messages()[:-1]  # up to the new user message
+    msgs = conversation.engine_messages()
+    if msgs[-1].role == "assistant":
+        msgs = msgs[:-1]  # up to the new user message
     counter = LlamaCppEngine(plan(), path)
     try:
-        whole = counter._encode(counter._render(msgs, False))
-        before = counter._encode(counter._render(msgs[:-1], False, generation=False))
+        whole = counter._encode(counter._render(msgs, thinking))
+        before = counter._encode(counter._render(msgs[:-1], thinking, generation=False))
     finally:
         counter.close()
     return len(whole) - len(before) + SLACK
 
 
-def test_continue_of_ten_turns_reads_only_the_new_message(tiny_qwen35):
-    first, _ = run_app(chat(tiny_qwen35, range(1, TURNS + 1)))
+@pytest.mark.parametrize("thinking", [False, True], ids=["thinking-off", "thinking-on"])
+def test_continue_of_ten_turns_reads_only_the_new_message(tiny_qwen35, thinking):
+    first, _ = run_app(chat(tiny_qwen35, range(1, TURNS + 1), thinking=thinking))
     state = first.state_path
     assert state.is_file() and state.stat().st_size > 0
     assert state.stat().st_mode & 0o077 == 0  # private, like the conversation itself
 
     again, _ = run_app(chat(tiny_qwen35, range(TURNS + 1, TURNS + 2), conversations.last(),
-                            expect="Restored the model's state"))
+                            expect="Restored the model's state", thinking=thinking))
     stats = again.messages[-1].stats
     assert again.id == first.id and len(again.messages) == 2 * (TURNS + 1)
-    assert stats["prompt_tokens"] <= evaluated_bound(tiny_qwen35, again), stats
+    assert stats["prompt_tokens"] <= evaluated_bound(tiny_qwen35, again, thinking), stats
     assert stats["reused_tokens"] > 0.8 * stats["prompt_length"], stats
 
 

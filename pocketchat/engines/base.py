@@ -96,6 +96,7 @@ class EngineBase:
         self._active = False
         self._closed = False
         self._prepared = 0  # tokens evaluated after the previous answer, for the next one
+        self._settled = False  # the state ends where the next prompt goes on (see _settle)
 
     # -- Engine -----------------------------------------------------------------------------
 
@@ -192,7 +193,7 @@ class EngineBase:
 
     def _answer(self, messages: tuple[Message, ...], opts: ChatOptions) -> Iterator[Chunk]:
         started = time.perf_counter()
-        prepared, self._prepared = self._prepared, 0
+        prepared, self._prepared, self._settled = self._prepared, 0, False
         try:
             plan = self._prompt(messages, opts)
         except PocketchatError as exc:
@@ -274,12 +275,18 @@ class EngineBase:
 
     def save_state(self, path: Path) -> int:
         """Write what the model's state holds beside a conversation; the bytes written
-        (0: nothing to save, or too large)."""
+        (0: nothing to save, or too large). A state that cannot be cut back and does not end
+        where the next prompt goes on (an answer stopped, or all reasoning) is first brought
+        back to its newest checkpoint, the end of the last user message."""
         from pocketchat.engines import saved_state
 
         path = Path(path)
         with self._idle():
             saved_state.remove(path)  # no key beside a half-written file: never loaded
+            newest = self.cache.checkpoint_tokens
+            if (not self._settled and newest and not self.cache.trimmable
+                    and self.cache.tokens[: len(newest)] == newest):
+                self.cache.truncate(len(newest))
             if not self.cache.tokens:
                 return 0
             written = self._save_file(path, saved_state.MAX_STATE_BYTES)
@@ -351,6 +358,7 @@ class EngineBase:
             if reuse.keep < len(history):
                 self._evaluate(history[reuse.keep:])
             self._prepared = len(history) - reuse.keep
+            self._settled = True
         except Cancelled:
             self._prepared = 0  # _evaluate left the state consistent with cache.tokens
         except Exception:  # noqa: BLE001 - a cache that cannot settle is reset
