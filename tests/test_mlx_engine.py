@@ -561,7 +561,7 @@ def test_pocketchat_imports_without_mlx():
         "import sys\n"
         "for n in ('mlx', 'mlx.core', 'mlx_lm'): sys.modules[n] = None\n"
         "import pocketchat.engines.mlx.engine, pocketchat.engines.worker, pocketchat.cli\n"
-        "from pocketchat.engines.worker import make_backend\n"
+        "from pocketchat.engines.child import make_backend\n"
         "from pocketchat.errors import BackendMissing\n"
         "from pocketchat.types import LoadPlan\n"
         f"p = LoadPlan('mlx', 'cpu', 0, 512, 2, 2)\n"

@@ -113,10 +113,10 @@ def test_abandoned_answer_then_cancel_race_then_next_answer(starter_gguf):
 
 def test_unknown_backend_module_missing_is_backend_missing(starter_gguf, monkeypatch):
     from pocketchat.errors import BackendMissing
-    from pocketchat.engines import worker
+    from pocketchat.engines import child
 
-    monkeypatch.setitem(worker.BACKENDS, "mlx", ("pocketchat.engines.no_such_module", "X"))
+    monkeypatch.setitem(child.BACKENDS, "mlx", ("pocketchat.engines.no_such_module", "X"))
     from dataclasses import replace
 
     with pytest.raises(BackendMissing):
-        worker.make_backend(replace(llama_plan(512), backend="mlx"), starter_gguf, None)
+        child.make_backend(replace(llama_plan(512), backend="mlx"), starter_gguf, None)

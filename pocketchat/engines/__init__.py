@@ -26,7 +26,7 @@ def open_engine(plan: "LoadPlan", path: Path, *, name: str | None = None,
 
         return open_pooled(plan, Path(path), name=name)
     if in_process:
-        from pocketchat.engines.worker import make_backend
+        from pocketchat.engines.child import make_backend
 
         return make_backend(plan, Path(path), name)
     from pocketchat.engines.worker import WorkerEngine

@@ -10,10 +10,10 @@ Protocol (pickled tuples over one duplex pipe):
   child -> parent   ("progress", stage, fraction) | ("ready", EngineInfo)
                     | ("load_error", PocketchatError) | ("chunk", req, Chunk)
                     | ("result", req, value or PocketchatError)
-The child coalesces deltas: it sends the first chunk of an answer at once (time to first
-token) and then at most one chunk every FLUSH_SECONDS, so the pipe costs the generation loop
-one small send per ~30 ms, not one per token. A child thread listens for cancel, so cancel
-reaches llama.cpp (its abort callback included) while the main thread is inside a decode.
+The child (`child.main`) coalesces deltas: it sends the first chunk of an answer at once (time
+to first token) and then at most one chunk every FLUSH_SECONDS, so the pipe costs the
+generation loop one small send per ~30 ms, not one per token. A child thread listens for
+cancel, so cancel reaches llama.cpp (its abort callback included) inside a decode.
 
 Loading: the constructor blocks until the model is loaded (default), or returns at once with
 `wait=False`; then call `wait_ready(timeout)` (it reports `on_progress(stage, fraction)`),
@@ -26,13 +26,10 @@ opened at once.
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import itertools
 import multiprocessing
 import os
 import multiprocessing.connection
-import queue
 import signal
 import threading
 import time
@@ -40,70 +37,12 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from pocketchat.errors import BackendMissing, EngineCrashed, EngineError, PocketchatError
-from pocketchat.engines.types import ChatOptions, Chunk, EngineInfo, Message, Stats
+from pocketchat.errors import EngineCrashed, EngineError
+from pocketchat.engines.child import main as child_main
+from pocketchat.engines.types import ChatOptions, Chunk, EngineInfo, Message
 from pocketchat.types import LoadPlan
 
-FLUSH_SECONDS = 0.03
 _WORKER_IDS = itertools.count(1)
-PROGRESS_SECONDS = 0.1
-BACKENDS = {
-    "llama.cpp": ("pocketchat.engines.llamacpp.engine", "LlamaCppEngine"),
-    "mlx": ("pocketchat.engines.mlx.engine", "MlxEngine"),
-}
-
-
-# -- the child ------------------------------------------------------------------------------
-
-
-def make_backend(plan: LoadPlan, path: Path, name: str | None,
-                 on_progress: Callable[[str, float], None] | None = None) -> Any:
-    """The in-process engine for `plan.backend` (imported by name, only when used)."""
-    if plan.backend not in BACKENDS:
-        raise EngineError(f"unknown backend {plan.backend!r}; use llama.cpp or mlx")
-    module_name, class_name = BACKENDS[plan.backend]
-    try:
-        cls = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError) as exc:
-        raise BackendMissing(
-            f"the {plan.backend} backend is not available ({exc})",
-            hint="Install it, or choose the other backend with --backend.",
-        ) from exc
-    kwargs: dict[str, Any] = {"name": name}
-    if on_progress is not None and "on_progress" in inspect.signature(cls).parameters:
-        kwargs["on_progress"] = on_progress
-    return cls(plan, path, **kwargs)
-
-
-def _merge(chunks: list[Chunk]) -> Chunk:
-    last = chunks[-1]
-    if len(chunks) == 1:
-        return last
-    return Chunk(
-        text="".join(c.text for c in chunks),
-        thinking="".join(c.thinking for c in chunks),
-        stats=last.stats,
-        finish_reason=last.finish_reason,
-        error=last.error,
-        failure=last.failure,
-    )
-
-
-def _redirect_output(log_path: str | None) -> None:
-    """Send the child's stdout/stderr (native logs, warnings, abort messages) to a log file.
-
-    Done at the descriptor level, so C code writing to fd 1/2 cannot draw over the chat.
-    """
-    if not log_path:
-        return
-    try:
-        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    except OSError:
-        return
-    for target in (1, 2):
-        os.dup2(fd, target)
-    os.close(fd)
 
 
 def log_tail(log_path: str | None, lines: int = 3) -> str:
@@ -119,112 +58,6 @@ def log_tail(log_path: str | None, lines: int = 3) -> str:
         return ""
     kept = [ln.strip() for ln in text.splitlines() if ln.strip()]
     return " | ".join(kept[-lines:])
-
-
-def _child_main(conn: Any, plan: LoadPlan, path: str, name: str | None,
-                log_path: str | None = None) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the parent
-    _redirect_output(log_path)
-    send_lock = threading.Lock()
-
-    def send(msg: tuple) -> None:
-        with send_lock:
-            conn.send(msg)
-
-    last_progress = [0.0, ""]
-
-    def progress(stage: str, fraction: float) -> None:
-        now = time.monotonic()
-        if stage != last_progress[1] or now - last_progress[0] >= PROGRESS_SECONDS:
-            last_progress[:] = [now, stage]
-            send(("progress", stage, fraction))
-
-    try:
-        engine = make_backend(plan, Path(path), name, progress)
-    except PocketchatError as exc:
-        send(("load_error", exc))
-        return
-    except BaseException as exc:  # noqa: BLE001 - anything else is reported, not printed
-        send(("load_error", EngineError(f"loading failed: {type(exc).__name__}: {exc}")))
-        return
-    send(("ready", engine.info))
-
-    requests: queue.Queue = queue.Queue()
-    cancelled: set[int] = set()
-    current = [0]
-
-    def listen() -> None:
-        while True:
-            try:
-                msg = conn.recv()
-            except (EOFError, OSError):  # the parent is gone
-                msg = ("close",)
-            if msg[0] in ("chat", "save_state", "load_state"):
-                requests.put(msg)
-            elif msg[0] == "cancel":
-                cancelled.add(msg[1])
-                if current[0] == msg[1]:
-                    engine.cancel()
-            else:
-                cancelled.add(current[0])
-                engine.cancel()
-                requests.put(None)
-                return
-
-    threading.Thread(target=listen, name="pocketchat-listen", daemon=True).start()
-    while (msg := requests.get()) is not None:
-        if msg[0] != "chat":  # ("save_state" | "load_state", req, path): one result back
-            try:
-                result: Any = getattr(engine, msg[0])(msg[2])
-            except Exception as exc:  # noqa: BLE001 - the caller gets the error
-                result = exc if isinstance(exc, PocketchatError) else EngineError(str(exc))
-            send(("result", msg[1], result))
-            continue
-        _, req, messages, options = msg
-        current[0] = req
-        try:
-            _stream(engine, req, messages, options, send, cancelled)
-        except (BrokenPipeError, EOFError, OSError):
-            break
-        finally:
-            current[0] = 0
-            cancelled.discard(req)
-    engine.close()
-
-
-def _stream(engine: Any, req: int, messages: Sequence[Message], options: ChatOptions,
-            send: Callable[[tuple], None], cancelled: set[int]) -> None:
-    if req in cancelled:
-        send(("chunk", req, Chunk(finish_reason="cancelled")))
-        return
-    pending: list[Chunk] = []
-    last_flush = 0.0
-    first = True
-    answer = None
-    try:
-        answer = engine.chat(messages, options)
-        for chunk in answer:
-            pending.append(chunk)
-            if chunk.finish_reason is not None:
-                break
-            now = time.monotonic()
-            if first or now - last_flush >= FLUSH_SECONDS:
-                send(("chunk", req, _merge(pending)))
-                pending, last_flush, first = [], now, False
-            if req in cancelled:
-                engine.cancel()
-    except Exception as exc:  # noqa: BLE001 - the answer ends with the error, the worker lives
-        pending.append(Chunk.failed(exc, pending[-1].stats if pending else None))
-    if not pending or pending[-1].finish_reason is None:
-        pending.append(Chunk(stats=pending[-1].stats if pending else Stats(), finish_reason="error",
-                             error="the engine ended the answer without a finish reason"))
-    send(("chunk", req, _merge(pending)))
-    if answer is not None and pending[-1].finish_reason in ("stop", "length"):
-        try:  # the engine readies its cache for the next turn (base.EngineBase._settle)
-            for _ in answer:
-                pass
-        except Exception:  # noqa: BLE001 - the answer is already delivered
-            pass
 
 
 # -- the parent -----------------------------------------------------------------------------
@@ -272,7 +105,7 @@ class WorkerEngine:
 
         # One log per worker: a restarted engine never truncates or deletes a crashed one's.
         self.log_path = str(settings().cache_dir / f"worker-{os.getpid()}-{next(_WORKER_IDS)}.log")
-        self._proc = ctx.Process(target=_child_main,
+        self._proc = ctx.Process(target=child_main,
                                  args=(child, plan, str(path), name, self.log_path),
                                  name="pocketchat-engine", daemon=True)
         self._proc.start()
