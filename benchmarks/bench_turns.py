@@ -5,11 +5,13 @@ and on the starter model (SmolLM2-135M, attention only): the same conversation (
 of about 150 tokens, greedy answers capped at 32 tokens; pocketchat's answers are the history
 both are sent), thinking on (the templates' default). Turns alternate between the two, so the
 machine's load hits both alike. Per turn: tokens evaluated before the first answer token
-(llama.cpp's own counters) and the time to first token, and llama.cpp's floor: the time bare
-llama.cpp takes to evaluate the same new tokens at the same position (the attention over a
+(llama.cpp's own counters) and the time to first token, and the runtime's floor: the time bare
+llama.cpp (or mlx-lm) takes to evaluate the same new tokens at the same position (the attention over a
 longer context makes every turn a little slower; that part is the model's, not pocketchat's).
 
-    python benchmarks/bench_turns.py [--turns 10] [--threads 2] [--json]
+The toy `qwen3_5_moe` MLX model (mlx-lm on the CPU) runs the same ten turns, pocketchat only.
+
+    python benchmarks/bench_turns.py [--turns 10] [--threads 2] [--json] [--only qwen35moe|starter|mlx]
 """
 
 from __future__ import annotations
@@ -112,12 +114,62 @@ def bench_model(name: str, path: Path, turns: int, threads: int) -> list[dict]:
     return rows
 
 
+def bench_mlx(turns: int, threads: int) -> list[dict]:
+    """The toy `qwen3_5_moe` MLX model (DeltaNet state + KV layers + experts): pocketchat only."""
+    from mlx_fixture import write_tiny_qwen35_moe
+    from pocketchat.engines.mlx.engine import MlxEngine
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = write_tiny_qwen35_moe(Path(tmp) / "hybrid")
+        eng = MlxEngine(LoadPlan(backend="mlx", placement="cpu", n_gpu_layers=0, n_ctx=4096,
+                                 n_threads=threads, n_threads_batch=threads), folder)
+        rng = random.Random(7)
+        messages: list[Message] = []
+        rows = []
+        try:
+            for k in range(1, turns + 1):
+                messages.append(Message("user", user_text(rng, k, 30)))
+                answer, evaluated, ttft, prompt = pocketchat_turn(eng, messages)
+                floor = mlx_floor_seconds(eng._model, prompt, evaluated)
+                rows.append({"model": "mlx qwen3_5_moe", "turn": k, "pocketchat_evaluated": evaluated,
+                             "pocketchat_ttft_s": round(ttft, 4), "floor_s": round(floor, 4),
+                             "llama_cpp_evaluated": None, "llama_cpp_ttft_s": None})
+                if answer:
+                    messages.append(Message("assistant", answer))
+        finally:
+            eng.close()
+    return rows
+
+
+def mlx_floor_seconds(model, prompt: list[int], evaluated: int, tries: int = 3, step: int = 512) -> float:
+    """mlx-lm alone: the same new tokens after the same context, one forward pass and argmax."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import make_prompt_cache
+
+    best = float("inf")
+    head, rest = prompt[: len(prompt) - evaluated], prompt[len(prompt) - evaluated:]
+    for _ in range(tries):
+        cache = make_prompt_cache(model)
+        for i in range(0, len(head), step):
+            model(mx.array([head[i: i + step]]), cache=cache)
+            mx.eval([c.state for c in cache])
+        started = time.perf_counter()
+        logits = model(mx.array([rest]), cache=cache)
+        mx.eval(mx.argmax(logits[:, -1, :], axis=-1))
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.1f} ms"
+
+
 def table(rows: list[dict]) -> str:
-    head = ["model", "turn", "pocketchat eval", "pocketchat TTFT", "llama.cpp floor",
+    head = ["model", "turn", "pocketchat eval", "pocketchat TTFT", "runtime floor",
             "llama-cpp-python eval", "llama-cpp-python TTFT"]
-    body = [[r["model"], str(r["turn"]), str(r["pocketchat_evaluated"]),
-             f"{r['pocketchat_ttft_s'] * 1000:.1f} ms", f"{r['floor_s'] * 1000:.1f} ms",
-             str(r["llama_cpp_evaluated"]), f"{r['llama_cpp_ttft_s'] * 1000:.1f} ms"] for r in rows]
+    body = [[r["model"], str(r["turn"]), str(r["pocketchat_evaluated"]), _ms(r["pocketchat_ttft_s"]),
+             _ms(r["floor_s"]), str(r["llama_cpp_evaluated"] or "-"), _ms(r["llama_cpp_ttft_s"])]
+            for r in rows]
     widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
     line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
     return "\n".join([line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|",
@@ -129,7 +181,7 @@ def main() -> int:
     ap.add_argument("--turns", type=int, default=10)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--only", choices=("qwen35moe", "starter"))
+    ap.add_argument("--only", choices=("qwen35moe", "starter", "mlx"))
     args = ap.parse_args()
     from pocketchat.store.starter import starter_path
     from tinyqwen35 import QWEN35_TEMPLATE, write_tiny_qwen35moe
@@ -141,6 +193,11 @@ def main() -> int:
         for name, path in models.items():
             if args.only in (None, name):
                 rows += bench_model(name, path, args.turns, args.threads)
+    if args.only in (None, "mlx"):
+        try:
+            rows += bench_mlx(args.turns, args.threads)
+        except ImportError as exc:
+            print(f"(the MLX rows are left out: {exc})", file=sys.stderr)
     print(json.dumps(rows, indent=2) if args.json else table(rows) + "\n\n" + growth(rows))
     return 0
 
@@ -153,9 +210,11 @@ def growth(rows: list[dict]) -> str:
         last = max(by)
         if 2 in by and last > 2:
             pc = by[last]["pocketchat_ttft_s"] / max(by[2]["pocketchat_ttft_s"], 1e-9)
-            fl = by[last]["floor_s"] / max(by[2]["floor_s"], 1e-9)
-            out.append(f"{name}: TTFT turn {last} / turn 2 = {pc:.2f} (llama.cpp floor for the same "
-                       f"tokens at the same positions: {fl:.2f})")
+            line = f"{name}: TTFT turn {last} / turn 2 = {pc:.2f}"
+            if by[2]["floor_s"] and by[last]["floor_s"]:
+                fl = by[last]["floor_s"] / max(by[2]["floor_s"], 1e-9)
+                line += f" (the bare runtime's floor for the same tokens at the same positions: {fl:.2f})"
+            out.append(line)
     return "\n".join(out)
 
 
