@@ -116,8 +116,8 @@ def choose_model(sel: Selection, *, confirm=None, progress=None) -> ModelChoice:
     Downloads through the store when needed (asking `confirm`, reporting to `progress`).
     Raises OfflineError when the build is not on disk and the Hub cannot be reached.
     """
-    from pocketchat.errors import ModelNotFound, ModelTooLarge
-    from pocketchat.select import catalog, fit
+    from pocketchat.errors import ModelNotFound
+    from pocketchat.select import catalog
     from pocketchat.select.report import nothing_fits
 
     if sel.rpc:  # pooled with helper machines: commands/pooling.py
@@ -148,23 +148,12 @@ def choose_model(sel: Selection, *, confirm=None, progress=None) -> ModelChoice:
             build = catalog.get(spec)
         except ModelNotFound:
             build = None
-        if build is None:  # REPO:QUANT or REPO/FILE
-            resolved = store.resolve(spec, offline=sel.offline)
-            path = store.ensure(resolved, offline=sel.offline, confirm=confirm, progress=progress,
-                                vet=download_vet(sel, profile))
-            return ModelChoice(name=path.name, path=path, plan=_file_plan(sel, profile, path, path.name))
-        local = store.local_path(build)
-        facts = gguf_facts(local) if build.format == "gguf" else None
-        if facts is not None:  # on disk: plan from its own header, not the catalog's figures
-            build = replace(build, facts=facts)
-        cand = fit.judge(build, profile, lang=sel.lang, n_ctx=sel.ctx, backend=sel.backend,
-                         threads=sel.threads, downloaded=local is not None, forced=True)
-        if cand.plan is None:
-            raise ModelTooLarge(f"{build.id} does not fit this machine: {cand.reason}",
-                                hint="Run `pocketchat --recommend` to see the builds that fit.")
-        path = store.ensure(build, offline=sel.offline, confirm=confirm, progress=progress,
+        if build is not None:
+            return _catalog_choice(sel, profile, build, confirm=confirm, progress=progress)
+        resolved = store.resolve(spec, offline=sel.offline)  # REPO:QUANT or REPO/FILE
+        path = store.ensure(resolved, offline=sel.offline, confirm=confirm, progress=progress,
                             vet=download_vet(sel, profile))
-        return ModelChoice(name=build.id, path=path, plan=cand.plan, build=build)
+        return ModelChoice(name=path.name, path=path, plan=_file_plan(sel, profile, path, path.name))
 
     rec = recommend(sel, profile)
     if rec.recommended is None or rec.recommended.plan is None:
@@ -173,6 +162,27 @@ def choose_model(sel: Selection, *, confirm=None, progress=None) -> ModelChoice:
     path = store.ensure(build, offline=sel.offline, confirm=confirm, progress=progress,
                         vet=download_vet(sel, profile))
     return ModelChoice(name=build.id, path=path, plan=rec.recommended.plan, build=build, recommendation=rec)
+
+
+def _catalog_choice(sel: Selection, profile, build, *, confirm=None, progress=None) -> ModelChoice:
+    """A catalog build asked for by name: judged on this machine (from its own header when on
+    disk), refused when it cannot fit, else fetched."""
+    from pocketchat.errors import ModelTooLarge
+    from pocketchat.select import fit
+    from pocketchat.store import api as store
+
+    local = store.local_path(build)
+    facts = gguf_facts(local) if build.format == "gguf" else None
+    if facts is not None:  # on disk: plan from its own header, not the catalog's figures
+        build = replace(build, facts=facts)
+    cand = fit.judge(build, profile, lang=sel.lang, n_ctx=sel.ctx, backend=sel.backend,
+                     threads=sel.threads, downloaded=local is not None, forced=True)
+    if cand.plan is None:
+        raise ModelTooLarge(f"{build.id} does not fit this machine: {cand.reason}",
+                            hint="Run `pocketchat --recommend` to see the builds that fit.")
+    path = store.ensure(build, offline=sel.offline, confirm=confirm, progress=progress,
+                        vet=download_vet(sel, profile))
+    return ModelChoice(name=build.id, path=path, plan=cand.plan, build=build)
 
 
 def model_size(path: Path) -> int:
