@@ -5,6 +5,7 @@ so the first answer evaluates only the new message (tiny qwen35moe, llama.cpp in
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 from tinyqwen35 import tiny_qwen35  # noqa: F401 - fixture
@@ -120,3 +121,37 @@ def test_saved_states_are_bounded_to_the_latest_conversations(tmp_path):
     assert sorted(p.name for p in gone) == ["c0.state", "c1.state"]
     assert sorted(p.name for p in folder.iterdir()) == [
         "c2.state", "c2.state.json", "c3.state", "c3.state.json", "c4.state", "c4.state.json"]
+
+
+def test_a_message_sent_while_the_state_is_saved_shows_at_once_and_waits_its_turn(tmp_path):
+    """A slow state save (POCKET's is ~150 MB) never eats a message: it shows at once, and
+    its answer starts once the save ends, one engine call at a time."""
+    from scripted_engine import Factory, Reply, ScriptedEngine
+
+    class SlowSaving(ScriptedEngine):
+        def save_state(self, path):
+            self.saving.set()
+            self.release_save.wait(10)
+            self.saves.append(str(path))
+            return 1
+
+        def load_state(self, path):
+            return None
+
+    engine = SlowSaving([Reply("First answer."), Reply("Second answer.")])
+    engine.saving, engine.release_save, engine.saves = threading.Event(), threading.Event(), []
+
+    async def scenario():
+        app = create_app(Factory(engine), memory_probe=lambda: 1)
+        async with app.run_test(size=(100, 32)) as pilot:
+            await ready(pilot)
+            await send(pilot, "one")
+            await wait_for(pilot, engine.saving.is_set, 10, "the state save to start")
+            await send(pilot, "two, sent while the state is saved")
+            await wait_for(pilot, lambda: "two, sent while" in screen_text(app), 5, "the message")
+            assert len(engine.calls) == 1  # the engine is not asked before the save ends
+            engine.release_save.set()
+            await wait_for(pilot, lambda: "Second answer." in screen_text(app), 10, "the answer")
+            assert len(engine.calls) == 2 and len(engine.saves) >= 1
+
+    run(scenario())

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 import time
+
+from typing import Callable
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -37,6 +40,7 @@ from pocketchat.ui.widgets import (
     figures_line,
 )
 
+ENGINE_WAIT = 120.0  # the longest a new answer waits for a state save or load to end
 STATUS_INTERVAL = 0.25  # the status bar's figures change at most 4 times a second while streaming
 RESTART_HINT = "Ctrl+R restarts the engine (this conversation is kept); Ctrl+N starts a new chat."
 
@@ -94,7 +98,9 @@ class Chat(Vertical):
         self._status_at = 0.0
         self._shown_state = ""
         self._mounting: list[AwaitMount] = []  # notices being mounted
-        self._restoring: asyncio.Task | None = None  # the saved model state being loaded
+        self._restored = threading.Event()  # no saved model state is being loaded
+        self._restored.set()
+        self._restore_task: asyncio.Task | None = None
 
     def compose(self) -> ComposeResult:
         yield ChatLog(id="chat-log")
@@ -169,7 +175,6 @@ class Chat(Vertical):
 
     async def send(self, text: str) -> None:
         assert self.engine is not None
-        await self._engine_free()
         conversation = self.conversation
         if self.info is not None and not conversation.model_path:  # what `--continue` reopens
             conversation.model = conversation.model or self.info.model
@@ -179,7 +184,8 @@ class Chat(Vertical):
         message = conversation.add("assistant", interrupted=True)
         options = dataclasses.replace(self.base_options, thinking=self.thinking)
         stream = AnswerStream(self.engine, conversation, message, history, options,
-                              save_interval=self.save_interval)
+                              save_interval=self.save_interval,
+                              wait_engine=self._engine_waiter())
         self.stream = self.last_stream = stream  # set before any await: an answer is under way
         view = AnswerView(streaming=True)
         for welcome in self.chat_log.query(Welcome):
@@ -278,26 +284,35 @@ class Chat(Vertical):
         if wait and self.last_stream is not None:  # the answer saved, and the model's state
             self.last_stream.wait_settled(wait)
 
-    async def _engine_free(self) -> None:
-        """Wait for the last answer's state save and a state load (one engine call at a time)."""
-        if self._restoring is not None:
-            await self._restoring
-            self._restoring = None
-        last = self.last_stream
-        if last is not None and not last.settled.is_set():
-            await asyncio.to_thread(last.wait_settled, 60.0)
+    def _engine_waiter(self) -> Callable[[], None]:
+        """What a new answer's thread waits for first: the previous answer's end and state
+        save, and a state load (one engine call at a time; the screen shows the message at once)."""
+        last, restored = self.last_stream, self._restored
+
+        def wait() -> None:
+            if last is not None:
+                last.wait_settled(ENGINE_WAIT)
+            restored.wait(ENGINE_WAIT)
+
+        return wait
 
     # -- the model's saved state ------------------------------------------------------------
     def restore_state(self) -> None:
         """Load the conversation's saved model state into the engine (in a thread)."""
         if self.engine is not None and self.conversation.messages:
-            self._restoring = asyncio.create_task(self._restore(self.engine, self.conversation))
+            self._restored = threading.Event()
+            self._restore_task = asyncio.create_task(  # a reference keeps the task alive
+                self._restore(self.engine, self.conversation, self._restored))
 
-    async def _restore(self, engine: Engine, conversation: Conversation) -> None:
-        last = self.last_stream
-        if last is not None and not last.settled.is_set():
-            await asyncio.to_thread(last.wait_settled, 60.0)
-        result = await asyncio.to_thread(modelstate.restore, engine, conversation)
+    async def _restore(self, engine: Engine, conversation: Conversation,
+                       done: threading.Event) -> None:
+        try:
+            last = self.last_stream
+            if last is not None:
+                await asyncio.to_thread(last.wait_settled, ENGINE_WAIT)
+            result = await asyncio.to_thread(modelstate.restore, engine, conversation)
+        finally:
+            done.set()
         if result is not None and conversation is self.conversation and engine is self.engine:
             self.notice(result.text, kind="info")
 

@@ -52,8 +52,10 @@ class AnswerStream:
         messages: Sequence[Message],
         options: ChatOptions,
         save_interval: float = SAVE_INTERVAL,
+        wait_engine: Callable[[], object] | None = None,
     ) -> None:
         self.engine = engine
+        self.wait_engine = wait_engine  # blocks until the engine is free (a state save or load)
         self.conversation = conversation
         self.message = message
         self.messages = list(messages)
@@ -83,7 +85,9 @@ class AnswerStream:
         error: str | None = None
         exception: BaseException | None = None
         try:
-            for chunk in self.engine.chat(self.messages, self.options):
+            if self.wait_engine is not None:
+                self.wait_engine()
+            for chunk in () if self.cancelled else self.engine.chat(self.messages, self.options):
                 with self._lock:
                     if (chunk.text or chunk.thinking) and self._first_token is None:
                         self._first_token = time.monotonic()
