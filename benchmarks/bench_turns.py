@@ -11,7 +11,8 @@ longer context makes every turn a little slower; that part is the model's, not p
 
 The toy `qwen3_5_moe` MLX model (mlx-lm on the CPU) runs the same ten turns, pocketchat only.
 
-    python benchmarks/bench_turns.py [--turns 10] [--threads 2] [--json] [--only qwen35moe|starter|mlx]
+    python benchmarks/bench_turns.py [--turns 10] [--threads 2] [--repeat 3] [--json]
+                                     [--only qwen35moe|starter|mlx]
 """
 
 from __future__ import annotations
@@ -182,6 +183,8 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--only", choices=("qwen35moe", "starter", "mlx"))
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="run the conversation this many times; each figure is the median")
     args = ap.parse_args()
     from pocketchat.store.starter import starter_path
     from tinyqwen35 import QWEN35_TEMPLATE, write_tiny_qwen35moe
@@ -189,17 +192,35 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         models = {"qwen35moe": write_tiny_qwen35moe(Path(tmp) / "tiny-qwen35moe.gguf", chat_template=QWEN35_TEMPLATE),
                   "starter": starter_path()}
-        rows = []
-        for name, path in models.items():
-            if args.only in (None, name):
-                rows += bench_model(name, path, args.turns, args.threads)
-    if args.only in (None, "mlx"):
-        try:
-            rows += bench_mlx(args.turns, args.threads)
-        except ImportError as exc:
-            print(f"(the MLX rows are left out: {exc})", file=sys.stderr)
+        runs: list[list[dict]] = []
+        for _ in range(max(args.repeat, 1)):
+            rows = []
+            for name, path in models.items():
+                if args.only in (None, name):
+                    rows += bench_model(name, path, args.turns, args.threads)
+            if args.only in (None, "mlx"):
+                try:
+                    rows += bench_mlx(args.turns, args.threads)
+                except ImportError as exc:
+                    print(f"(the MLX rows are left out: {exc})", file=sys.stderr)
+            runs.append(rows)
+    rows = medians(runs)
     print(json.dumps(rows, indent=2) if args.json else table(rows) + "\n\n" + growth(rows))
     return 0
+
+
+def medians(runs: list[list[dict]]) -> list[dict]:
+    """Per model and turn, the median of each figure over the runs (None stays None)."""
+    import statistics
+
+    out = []
+    for i, first in enumerate(runs[0]):
+        row = dict(first)
+        for key, value in first.items():
+            if key not in ("model", "turn") and value is not None:
+                row[key] = statistics.median(run[i][key] for run in runs)
+        out.append(row)
+    return out
 
 
 def growth(rows: list[dict]) -> str:
