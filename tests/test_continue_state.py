@@ -123,10 +123,21 @@ def test_saved_states_are_bounded_to_the_latest_conversations(tmp_path):
         "c2.state", "c2.state.json", "c3.state", "c3.state.json", "c4.state", "c4.state.json"]
 
 
-def test_a_message_sent_while_the_state_is_saved_shows_at_once_and_waits_its_turn(tmp_path):
+def sent_text(app) -> str:
+    """The user's messages in the chat log (not the prompt's text)."""
+    from pocketchat.ui.widgets import UserMessage
+    return "\n".join(str(m.render()) for m in app.query(UserMessage))
+
+
+def test_a_message_sent_while_the_state_is_saved_shows_at_once_and_waits_its_turn(tmp_path, monkeypatch):
     """A slow state save (POCKET's is ~150 MB) never eats a message: it shows at once, and
-    its answer starts once the save ends, one engine call at a time."""
+    its answer starts once the save ends, one engine call at a time. The screen updates
+    slowly here (a busy machine's pace), so the message is sent after the answer ended but
+    before the screen's next tick closed it."""
     from scripted_engine import Factory, Reply, ScriptedEngine
+    from pocketchat.ui import chat, streaming
+
+    monkeypatch.setattr(chat, "RenderPacer", lambda: streaming.RenderPacer(max_rate=0.5, min_rate=0.5))
 
     class SlowSaving(ScriptedEngine):
         def save_state(self, path):
@@ -148,7 +159,8 @@ def test_a_message_sent_while_the_state_is_saved_shows_at_once_and_waits_its_tur
             await send(pilot, "one")
             await wait_for(pilot, engine.saving.is_set, 10, "the state save to start")
             await send(pilot, "two, sent while the state is saved")
-            await wait_for(pilot, lambda: "two, sent while" in screen_text(app), 5, "the message")
+            await wait_for(pilot, lambda: "two, sent while" in sent_text(app), 5, "the message")
+            assert app.query_one("#prompt").text == ""  # taken, not left in the prompt
             assert len(engine.calls) == 1  # the engine is not asked before the save ends
             engine.release_save.set()
             await wait_for(pilot, lambda: "Second answer." in screen_text(app), 10, "the answer")

@@ -97,6 +97,7 @@ class Chat(Vertical):
         self._pacer = RenderPacer()
         self._status_at = 0.0
         self._shown_state = ""
+        self._closing = False  # an ended answer's notices are being put on screen
         self._mounting: list[AwaitMount] = []  # notices being mounted
         self._restored = threading.Event()  # no saved model state is being loaded
         self._restored.set()
@@ -161,6 +162,8 @@ class Chat(Vertical):
 
     # -- sending and streaming ------------------------------------------------------------
     async def on_prompt_input_submitted(self, event: PromptInput.Submitted) -> None:
+        if self.stream is not None and self.stream.finished.is_set():
+            await self._pump()  # the answer ended since the last tick: close it now, then send
         if self.stream is not None:
             self.notify("An answer is still streaming: Esc stops it.", severity="warning")
             return
@@ -204,7 +207,7 @@ class Chat(Vertical):
     async def _pump(self) -> None:
         """Render what arrived since the last tick (at most 10 times a second, see RenderPacer)."""
         stream, view = self.stream, self._answer
-        if stream is None or view is None:
+        if stream is None or view is None or self._closing:
             return
         update = stream.drain()
         if update.thinking:
@@ -219,7 +222,11 @@ class Chat(Vertical):
             self.status(figures_from_stats(update.stats, state, self.memory, limit,
                                            update.first_token_at))
         if update.done:
-            await self._finish(stream, view, update)
+            self._closing = True
+            try:
+                await self._finish(stream, view, update)
+            finally:
+                self._closing = False
         elif self._pacer.sample() and self._pump_timer is not None:
             self._pump_timer.stop()  # rendering costs too much (or little): a new pace
             self._pump_timer = self.set_interval(self._pacer.interval, self._pump)
