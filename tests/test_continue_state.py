@@ -46,8 +46,11 @@ async def chat(path, turns: range, conversation=None, n_ctx: int = 4096, expect:
     async with app.run_test(size=(100, 32)) as pilot:
         await ready(pilot, timeout=60)
         if expect:
-            await wait_for(pilot, lambda: expect in " ".join(screen_text(app).split()), 30,
-                           f"the notice {expect!r}")
+            try:
+                await wait_for(pilot, lambda: expect in " ".join(screen_text(app).split()), 30,
+                               f"the notice {expect!r}")
+            except AssertionError as missing:
+                raise AssertionError(f"{missing}; the screen:\n{screen_text(app)}") from None
         for turn in turns:
             await send(pilot, message(turn))
             await answered(pilot, timeout=60)

@@ -97,7 +97,7 @@ class Chat(Vertical):
         self._pacer = RenderPacer()
         self._status_at = 0.0
         self._shown_state = ""
-        self._closing = False  # an ended answer's notices are being put on screen
+        self._ending = False  # an ended answer's notices are being put on screen
         self._mounting: list[AwaitMount] = []  # notices being mounted
         self._restored = threading.Event()  # no saved model state is being loaded
         self._restored.set()
@@ -207,7 +207,7 @@ class Chat(Vertical):
     async def _pump(self) -> None:
         """Render what arrived since the last tick (at most 10 times a second, see RenderPacer)."""
         stream, view = self.stream, self._answer
-        if stream is None or view is None or self._closing:
+        if stream is None or view is None or self._ending:
             return
         update = stream.drain()
         if update.thinking:
@@ -222,11 +222,11 @@ class Chat(Vertical):
             self.status(figures_from_stats(update.stats, state, self.memory, limit,
                                            update.first_token_at))
         if update.done:
-            self._closing = True
+            self._ending = True
             try:
                 await self._finish(stream, view, update)
             finally:
-                self._closing = False
+                self._ending = False
         elif self._pacer.sample() and self._pump_timer is not None:
             self._pump_timer.stop()  # rendering costs too much (or little): a new pace
             self._pump_timer = self.set_interval(self._pacer.interval, self._pump)
