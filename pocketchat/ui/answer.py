@@ -2,16 +2,23 @@
 
 While an answer streams, its text is split at the last block boundary (a blank line outside a
 code fence, or a closing fence): the complete blocks before it go into a `Markdown` widget
-once each (appended as they complete, parsed from the last block on), and the block still
-being written (with the blocks completed in the last second) is a plain-text tail (`Static`)
-repainted in place, re-laid out only when its height changes. So an update costs the size of one block, not of the answer; the screen's
-layout runs a few times a second (when a line or a block is added), not on every update.
-When the answer ends, the whole text is parsed once more, so what shows is exactly what a
-reopened conversation shows.
+(appended as they complete, parsed from the last block on), and the block still being
+written (with the blocks completed since the last settle) is a plain-text tail (`Static`)
+repainted in place.
+
+A layout of the screen costs the size of the whole chat (every widget in it is arranged
+again, more than once when widgets are mounted), so the answer rarely changes the layout:
+the tail is sized to its lines plus a few screenfuls of blank ones, and the chat scrolls so that
+the line being written sits at the bottom of the view (`text_bottom`); the blank lines stay
+out of sight below it. A scroll is a repaint, not a layout. The layout changes when the tail
+outgrows its room or when the complete blocks settle into Markdown
+(every `SETTLE_INTERVAL` seconds). When the answer ends, the whole text is parsed once more,
+so what shows is exactly what a reopened conversation shows.
 """
 
 from __future__ import annotations
 
+import math
 import time
 
 from textual.app import ComposeResult
@@ -22,8 +29,9 @@ from textual.widgets import Collapsible, Label, Markdown, Static
 
 from pocketchat.textsafe import visible
 
-TAIL_SPARE = 3  # blank lines kept under the text being written, so a new line needs no layout
-SETTLE_INTERVAL = 1.0  # complete blocks become Markdown at most once a second (a mount is a layout)
+TAIL_SPARE_SCREENS = 3  # blank lines under the text being written: room for seconds of text
+LAYOUT_INTERVAL = 1.0  # the answer changes the screen's layout at most this often
+SETTLE_INTERVAL = 4.0  # complete blocks become Markdown this often (a mount is a few layouts)
 
 
 class BlockSplitter:
@@ -91,45 +99,81 @@ class StreamingMarkdown(Vertical):
         self.text = ""
         self._splitter = BlockSplitter()
         self._settled = 0
+        self._laid_out_at = 0.0  # when the answer last changed the layout
         self._settled_at = 0.0
-        self._reserved = 0  # the tail's height: its lines and a few spare ones
+        self._reserved = 0  # the tail's height: its lines and the blank ones
+        self.lines = 0  # the tail's lines of text
 
     def compose(self) -> ComposeResult:
         yield self.markdown
         yield self.tail
 
-    async def write(self, fragment: str) -> None:
-        """Add text: settle the blocks it completes (at most once a second), repaint the tail."""
+    async def write(self, fragment: str) -> bool:
+        """Add text and repaint the tail; True when that changed the layout.
+
+        The layout changes (blocks settle; the tail gets room, and the code-block style when it
+        is an open code block) at most once per LAYOUT_INTERVAL; in between, the tail's new
+        lines fill its blank ones.
+        """
         self.text += fragment
         boundary = self._splitter.feed(self.text)
-        now = time.monotonic()
-        if boundary > self._settled and now - self._settled_at >= SETTLE_INTERVAL:
-            self._settled_at = now
-            settled, self._settled = self.text[self._settled:boundary], boundary
-            await self.markdown.append(settled)
-        self._show_tail(self.text[self._settled:])
-
-    def _show_tail(self, tail: str) -> None:
-        fenced = bool(self._splitter.fence) and tail.lstrip(" ").startswith(self._splitter.fence)
-        if fenced:  # an open code block: its lines so far, the fence line left out
-            tail = tail.partition("\n")[2]
-        self.tail.set_class(fenced, "-fence")
-        content = Content(tail.rstrip("\n"))
         width = self.tail.size.width
         if not width:  # not laid out yet: its height follows the text
-            self.tail.update(content)
-            return
-        need = content.get_height(self.tail.styles, width) if tail.strip() else 0
-        if need > self._reserved or need + 2 * TAIL_SPARE < self._reserved:
-            # A few spare lines: the screen is laid out again every few lines, not every line.
-            self._reserved = need + TAIL_SPARE if need else 0
-            self.tail.styles.height = self._reserved
+            self.tail.update(self._tail_content())
+            return True
+        content = self._tail_content()
+        need = self._height(content, width)
+        now = time.monotonic()
+        settle = boundary > self._settled and now - self._settled_at >= SETTLE_INTERVAL
+        if now - self._laid_out_at < LAYOUT_INTERVAL or not (settle or need > self._reserved):
+            self.lines = need
+            self.tail.update(content, layout=False)
+            return False
+        if settle:
+            settled, self._settled, self._settled_at = self.text[self._settled:boundary], boundary, now
+            await self.markdown.append(settled)
+        self.tail.set_class(self._opens_fence(), "-fence")
+        content = self._tail_content()
+        self.lines = need = self._height(content, width)
+        self._reserved = need + TAIL_SPARE_SCREENS * max(self.app.size.height, 10)
+        self._laid_out_at = now
+        self.tail.styles.height = self._reserved
         self.tail.update(content, layout=False)
+        return True
+
+    def text_bottom(self) -> int | None:
+        """The screen row under the last line of text being written (None: not on screen)."""
+        if not self.tail.is_attached or not self.tail.size.height:
+            return None
+        region = self.tail.content_region
+        return region.y + self.lines if region else None
+
+    def _height(self, content: Content, width: int) -> int:
+        return content.get_height(self.tail.styles, width) if content.plain.strip() else 0
+
+    def _opens_fence(self) -> bool:
+        """Whether the tail is a code block still open (shown as one, its fence line left out)."""
+        fence = self._splitter.fence
+        return bool(fence) and self.text[self._settled:].lstrip(" ").startswith(fence)
+
+    def _tail_content(self) -> Content:
+        tail = self.text[self._settled:]
+        if self.tail.has_class("-fence") and self._opens_fence():
+            tail = tail.partition("\n")[2]
+        return Content(tail.rstrip("\n"))
 
     async def finish(self) -> None:
         """The whole text as Markdown, parsed once (the tail goes)."""
         await self.tail.remove()
         await self.markdown.update(self.text)
+
+
+class ThinkingBox(Collapsible):
+    """The thinking, folded away without scrolling the chat to it (the chat follows the answer)."""
+
+    def scroll_visible(self, *args, **kwargs) -> None:
+        if not self.collapsed:
+            super().scroll_visible(*args, **kwargs)
 
 
 class AnswerView(Vertical):
@@ -161,26 +205,30 @@ class AnswerView(Vertical):
         if self.streaming:
             self._thinking_stream = StreamingMarkdown(body, classes="thinking-stream")
             body = self._thinking_stream
-        return Collapsible(body, title="Thinking", collapsed=collapsed, classes="thinking")
+        return ThinkingBox(body, title="Thinking", collapsed=collapsed, classes="thinking")
 
     @property
     def answer(self) -> Markdown:
         return self.query_one("Markdown.answer", Markdown)
 
-    async def add_thinking(self, fragment: str) -> None:
+    async def add_thinking(self, fragment: str) -> bool:
+        """Add thinking text; True when the layout changed."""
         if not fragment:
-            return
+            return False
         self.thinking += fragment
-        if self._thinking_stream is None:
+        mounted = self._thinking_stream is None
+        if mounted:
             before = self._answer_stream or self.answer
             await self.mount(self._make_thinking(collapsed=False), before=before)
         assert self._thinking_stream is not None
-        await self._thinking_stream.write(visible(fragment))
+        return await self._thinking_stream.write(visible(fragment)) or mounted
 
-    async def add_text(self, fragment: str) -> None:
+    async def add_text(self, fragment: str) -> bool:
+        """Add answer text; True when the layout changed."""
         if not fragment:
-            return
-        if not self.text and self.thinking:
+            return False
+        folded = not self.text and bool(self.thinking)
+        if folded:
             # The answer begins: fold the thinking away (a click opens it again).
             await self._finish_thinking()
             for box in self.query("Collapsible.thinking").results(Collapsible):
@@ -189,7 +237,14 @@ class AnswerView(Vertical):
         if self._answer_stream is None:  # pragma: no cover - a streaming view has one
             self._answer_stream = StreamingMarkdown(AnswerMarkdown(classes="answer"))
             await self.mount(self._answer_stream, before=self.query_one(".figures"))
-        await self._answer_stream.write(visible(fragment))
+        return await self._answer_stream.write(visible(fragment)) or folded
+
+    def text_bottom(self) -> int | None:
+        """The screen row under the line being written, answer or thinking (None: none shown)."""
+        for stream in (self._answer_stream, self._thinking_stream):
+            if stream is not None and stream.text:
+                return stream.text_bottom()
+        return None
 
     async def _finish_thinking(self) -> None:
         if self._thinking_stream is not None and self._thinking_stream.tail.is_attached:

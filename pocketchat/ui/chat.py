@@ -42,6 +42,7 @@ from pocketchat.ui.widgets import (
 
 ENGINE_WAIT = 120.0  # the longest a new answer waits for a state save or load to end
 STATUS_INTERVAL = 0.25  # the status bar's figures change at most 4 times a second while streaming
+FOLLOW_STEP = 3  # the log scrolls by a third of its height when the answer reaches its bottom
 RESTART_HINT = "Ctrl+R restarts the engine (this conversation is kept); Ctrl+N starts a new chat."
 
 
@@ -98,6 +99,7 @@ class Chat(Vertical):
         self._status_at = 0.0
         self._shown_state = ""
         self._ending = False  # an ended answer's notices are being put on screen
+        self._follow_y: float | None = None  # where the log was scrolled to follow the answer
         self._mounting: list[AwaitMount] = []  # notices being mounted
         self._restored = threading.Event()  # no saved model state is being loaded
         self._restored.set()
@@ -200,7 +202,7 @@ class Chat(Vertical):
                                        self.info.n_ctx if self.info else 0, None))
         self.run_worker(stream.run, thread=True, group="stream", exit_on_error=False)
         self._pacer = RenderPacer()
-        self._status_at, self._shown_state = 0.0, ""
+        self._status_at, self._shown_state, self._follow_y = 0.0, "", None
         self._pump_timer = self.set_interval(self._pacer.interval, self._pump)
         self.app.refresh_bindings()
 
@@ -210,10 +212,12 @@ class Chat(Vertical):
         if stream is None or view is None or self._ending:
             return
         update = stream.drain()
-        if update.thinking:
-            await view.add_thinking(update.thinking)
-        if update.text:
-            await view.add_text(update.text)
+        laid_out = await view.add_thinking(update.thinking)
+        laid_out = await view.add_text(update.text) or laid_out
+        if laid_out:  # where the text ends is known once the screen is laid out
+            self.call_after_refresh(self._follow)
+        elif update.text or update.thinking:
+            self._follow()
         state = "Answering" if view.text else "Thinking" if view.thinking else "Waiting for the first token"
         now = time.monotonic()
         if update.done or state != self._shown_state or now - self._status_at >= STATUS_INTERVAL:
@@ -231,6 +235,37 @@ class Chat(Vertical):
             self._pump_timer.stop()  # rendering costs too much (or little): a new pace
             self._pump_timer = self.set_interval(self._pacer.interval, self._pump)
 
+    def _follow(self) -> None:
+        """Keep the line being written in view, unless the user scrolled up to read.
+
+        The answer keeps blank lines under its text (so that a new line is not a layout), and
+        the log is not anchored to its end while the answer streams: when the text reaches the
+        bottom of the view, the log scrolls it up by a third of the view (a scroll repaints the
+        whole view, so it happens every few lines, not on every update).
+        """
+        log, view = self.chat_log, self._answer
+        if view is None or not self._following():
+            return  # the user scrolled up to read: stay there (scrolling back down follows again)
+        bottom = view.text_bottom()
+        if bottom is None:
+            return
+        log.anchor(False)
+        region = log.scrollable_content_region
+        step = max(1, region.height // FOLLOW_STEP)
+        if bottom > region.bottom:  # a new line below the view: scroll by a step
+            delta = bottom - region.bottom + step - 1
+        elif bottom < region.bottom - step:  # more than a step of blank lines showing
+            delta = bottom - region.bottom
+        else:
+            delta = 0
+        target = max(0, min(log.scroll_y + delta, log.max_scroll_y))
+        if target != log.scroll_y:
+            log.scroll_to(y=target, animate=False, immediate=True)
+        self._follow_y = log.scroll_y
+
+    def _following(self) -> bool:
+        return self._follow_y is None or self.chat_log.scroll_y > self._follow_y - 1
+
     def _stop_pump(self) -> None:
         if self._pump_timer is not None:
             self._pump_timer.stop()
@@ -240,7 +275,10 @@ class Chat(Vertical):
         # This runs inside the pump timer's task: stopping the timer cancels the task, so the
         # timer stops last, after every await here.
         message = stream.message
+        following = self._following()
         await view.finish(figures_line(message.stats), message.interrupted)
+        if following:  # the blank lines are gone: the log sticks to its end again
+            self.chat_log.anchor()
         stats = update.stats
         if update.exception is not None:
             self._answer_failed(update.exception)
