@@ -76,11 +76,14 @@ class AnswerMarkdown(Markdown):
 
         async def then() -> None:
             await done
-            blocks = self.children
-            if blocks:  # a class, not :last-child, which makes every mount restyle every block
-                blocks[-1].add_class("last-block")
+            self.mark_last_block()
 
         return AwaitComplete(then())
+
+    def mark_last_block(self) -> None:
+        blocks = self.children
+        if blocks:  # a class, not :last-child, which makes every mount restyle every block
+            blocks[-1].add_class("last-block")
 
 
 class StreamingMarkdown(Vertical):
@@ -163,9 +166,17 @@ class StreamingMarkdown(Vertical):
         return Content(tail.rstrip("\n"))
 
     async def finish(self) -> None:
-        """The whole text as Markdown, parsed once (the tail goes)."""
-        await self.tail.remove()
-        await self.markdown.update(self.text)
+        """The rest of the text as Markdown (the tail goes).
+
+        Markdown.append parses again from the start of the last block it holds, so the blocks
+        are those a parse of the whole text gives, and the widgets already shown stay.
+        """
+        with self.app.batch_update():
+            await self.markdown.append(self.text[self._settled:])
+            self._settled = len(self.text)
+            await self.tail.remove()
+        if isinstance(self.markdown, AnswerMarkdown):
+            self.markdown.mark_last_block()
 
 
 class ThinkingBox(Collapsible):
