@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from scripted_engine import Reply
-from uitools import SIZE, answered, make, ready, run, screen_text, send
+import asyncio
+import time
+
+from scripted_engine import Reply, tokens
+from uitools import SIZE, answered, make, ready, run, screen_text, send, wait_for
 
 from pocketchat.ui.answer import BlockSplitter
 
@@ -63,5 +66,64 @@ def test_a_streamed_answer_ends_as_the_same_screen_as_a_reopened_conversation():
 
         assert messages(streamed) == messages(reopened)
         assert len(messages(streamed)) > 15
+
+    run(scenario())
+
+
+PARAGRAPHS = [f"Line {i} of a long answer, written a few words at a time.\n\n" for i in range(240)]
+LINES = "".join(PARAGRAPHS)
+
+
+def test_a_long_answer_is_laid_out_a_few_times_not_once_per_few_lines(monkeypatch):
+    """A layout arranges every widget in the chat: while an answer streams it must stay rare."""
+    from textual._compositor import Compositor
+
+    layouts: list[float] = []
+    reflow = Compositor.reflow
+
+    def counted(self, *args, **kwargs):
+        layouts.append(time.monotonic())
+        return reflow(self, *args, **kwargs)
+
+    monkeypatch.setattr(Compositor, "reflow", counted)
+
+    async def scenario():
+        app, _, _ = make(Reply(LINES), delay=0.001)  # 240 paragraphs (480 lines) in ~3 s
+        async with app.run_test(size=(100, 32)) as pilot:
+            await ready(pilot)
+            layouts.clear()
+            await send(pilot, "a long one")
+            await answered(pilot, timeout=30)
+            assert "Line 239 of a long answer" in screen_text(app)
+        return len(layouts)
+
+    count = asyncio.run(scenario())
+    assert count <= 25, f"{count} layouts for one answer of 480 lines"
+
+
+def test_the_line_being_written_stays_in_view_and_a_user_who_scrolls_up_stays_put():
+    async def scenario():
+        held = len(tokens("".join(PARAGRAPHS[:100])))  # up to line 99
+        app, engine, _ = make(Reply(LINES, hold_after=held), delay=0.0005)
+        async with app.run_test(size=(100, 32)) as pilot:
+            await ready(pilot)
+            await send(pilot, "a long one")
+            await wait_for(pilot, engine.held.is_set)
+            await wait_for(pilot, lambda: "Line 99 " in screen_text(app), what="line 99 on screen")
+            await pilot.pause(0.3)
+            screen = screen_text(app).splitlines()
+            rows = [i for i, line in enumerate(screen) if "Line 99 " in line]
+            prompt = next(i for i, line in enumerate(screen) if "╭" in line)
+            assert rows and "Line 100 " not in "\n".join(screen)
+            blank = prompt - rows[-1] - 1  # blank lines under the newest line
+            assert blank <= 1 + 30 // 3, screen_text(app)
+
+            log = app.query_one("#chat-log")
+            log.scroll_to(y=log.scroll_y - 40, animate=False, immediate=True)  # the user reads back
+            await pilot.pause()
+            where = log.scroll_y
+            engine.release.set()
+            await answered(pilot, timeout=30)
+            assert log.scroll_y == where and "Line 239" not in screen_text(app)
 
     run(scenario())

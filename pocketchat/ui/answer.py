@@ -7,18 +7,17 @@ written (with the blocks completed since the last settle) is a plain-text tail (
 repainted in place.
 
 A layout of the screen costs the size of the whole chat (every widget in it is arranged
-again, more than once when widgets are mounted), so the answer rarely changes the layout:
-the tail is sized to its lines plus a few screenfuls of blank ones, and the chat scrolls so that
-the line being written sits at the bottom of the view (`text_bottom`); the blank lines stay
-out of sight below it. A scroll is a repaint, not a layout. The layout changes when the tail
-outgrows its room or when the complete blocks settle into Markdown
-(every `SETTLE_INTERVAL` seconds). When the answer ends, the whole text is parsed once more,
-so what shows is exactly what a reopened conversation shows.
+again, more than once when widgets are mounted), so the answer rarely changes the layout: the
+tail is sized to its lines plus a few screenfuls of blank ones, which stay out of sight below
+the view (the chat scrolls to keep the line being written in view, see `Chat._follow`; a
+scroll is a repaint, not a layout). The layout changes when the complete blocks settle into
+Markdown (every `SETTLE_INTERVAL` seconds) or when the tail outgrows its room. When the
+answer ends, the rest of the text is appended to the Markdown, which parses again from its
+last block: the blocks are those a reopened conversation shows.
 """
 
 from __future__ import annotations
 
-import math
 import time
 
 from textual.app import ComposeResult
@@ -30,7 +29,6 @@ from textual.widgets import Collapsible, Label, Markdown, Static
 from pocketchat.textsafe import visible
 
 TAIL_SPARE_SCREENS = 3  # blank lines under the text being written: room for seconds of text
-LAYOUT_INTERVAL = 1.0  # the answer changes the screen's layout at most this often
 SETTLE_INTERVAL = 4.0  # complete blocks become Markdown this often (a mount is a few layouts)
 
 
@@ -102,7 +100,6 @@ class StreamingMarkdown(Vertical):
         self.text = ""
         self._splitter = BlockSplitter()
         self._settled = 0
-        self._laid_out_at = 0.0  # when the answer last changed the layout
         self._settled_at = 0.0
         self._reserved = 0  # the tail's height: its lines and the blank ones
         self.lines = 0  # the tail's lines of text
@@ -114,9 +111,9 @@ class StreamingMarkdown(Vertical):
     async def write(self, fragment: str) -> bool:
         """Add text and repaint the tail; True when that changed the layout.
 
-        The layout changes (blocks settle; the tail gets room, and the code-block style when it
-        is an open code block) at most once per LAYOUT_INTERVAL; in between, the tail's new
-        lines fill its blank ones.
+        The layout changes when blocks settle (every SETTLE_INTERVAL) or the tail outgrows its
+        room; then the tail also takes the code-block style if it is an open code block. In
+        between, the tail's new lines fill its blank ones.
         """
         self.text += fragment
         boundary = self._splitter.feed(self.text)
@@ -128,7 +125,7 @@ class StreamingMarkdown(Vertical):
         need = self._height(content, width)
         now = time.monotonic()
         settle = boundary > self._settled and now - self._settled_at >= SETTLE_INTERVAL
-        if now - self._laid_out_at < LAYOUT_INTERVAL or not (settle or need > self._reserved):
+        if not (settle or need > self._reserved):
             self.lines = need
             self.tail.update(content, layout=False)
             return False
@@ -139,7 +136,6 @@ class StreamingMarkdown(Vertical):
         content = self._tail_content()
         self.lines = need = self._height(content, width)
         self._reserved = need + TAIL_SPARE_SCREENS * max(self.app.size.height, 10)
-        self._laid_out_at = now
         self.tail.styles.height = self._reserved
         self.tail.update(content, layout=False)
         return True

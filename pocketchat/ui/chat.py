@@ -212,11 +212,13 @@ class Chat(Vertical):
         if stream is None or view is None or self._ending:
             return
         update = stream.drain()
+        if self._follow_y is None and (update.text or update.thinking):
+            self.chat_log.anchor(False)  # not to the answer's blank lines: _follow scrolls
         laid_out = await view.add_thinking(update.thinking)
         laid_out = await view.add_text(update.text) or laid_out
         if laid_out:  # where the text ends is known once the screen is laid out
             self.call_after_refresh(self._follow)
-        elif update.text or update.thinking:
+        else:  # every tick: a layout that came later (a folded thinking box) moved the text
             self._follow()
         state = "Answering" if view.text else "Thinking" if view.thinking else "Waiting for the first token"
         now = time.monotonic()
@@ -249,7 +251,6 @@ class Chat(Vertical):
         bottom = view.text_bottom()
         if bottom is None:
             return
-        log.anchor(False)
         region = log.scrollable_content_region
         step = max(1, region.height // FOLLOW_STEP)
         if bottom > region.bottom:  # a new line below the view: scroll by a step
