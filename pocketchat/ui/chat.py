@@ -24,6 +24,7 @@ from pocketchat.conversations import Conversation, save_problem
 from pocketchat.errors import EngineCrashed, HelperGone, PocketchatError
 from pocketchat.engines.types import ChatOptions, Engine, EngineInfo
 from pocketchat.ui import modelstate
+from pocketchat.ui.follow import Follower
 from pocketchat.ui.messages import EngineLost
 from pocketchat.ui.screens import ConversationsScreen, SystemPromptScreen
 from pocketchat.ui.streaming import AnswerStream, RenderPacer, StreamUpdate
@@ -42,7 +43,6 @@ from pocketchat.ui.widgets import (
 
 ENGINE_WAIT = 120.0  # the longest a new answer waits for a state save or load to end
 STATUS_INTERVAL = 0.25  # the status bar's figures change at most 4 times a second while streaming
-FOLLOW_STEP = 3  # the log scrolls by a third of its height when the answer reaches its bottom
 RESTART_HINT = "Ctrl+R restarts the engine (this conversation is kept); Ctrl+N starts a new chat."
 
 
@@ -99,7 +99,7 @@ class Chat(Vertical):
         self._status_at = 0.0
         self._shown_state = ""
         self._ending = False  # an ended answer's notices are being put on screen
-        self._follow_y: float | None = None  # where the log was scrolled to follow the answer
+        self._follower: Follower | None = None  # keeps the answer's newest line in view
         self._mounting: list[AwaitMount] = []  # notices being mounted
         self._restored = threading.Event()  # no saved model state is being loaded
         self._restored.set()
@@ -202,24 +202,25 @@ class Chat(Vertical):
                                        self.info.n_ctx if self.info else 0, None))
         self.run_worker(stream.run, thread=True, group="stream", exit_on_error=False)
         self._pacer = RenderPacer()
-        self._status_at, self._shown_state, self._follow_y = 0.0, "", None
+        self._status_at, self._shown_state = 0.0, ""
+        self._follower = Follower(self.chat_log)
         self._pump_timer = self.set_interval(self._pacer.interval, self._pump)
         self.app.refresh_bindings()
 
     async def _pump(self) -> None:
         """Render what arrived since the last tick (at most 10 times a second, see RenderPacer)."""
-        stream, view = self.stream, self._answer
-        if stream is None or view is None or self._ending:
+        stream, view, follower = self.stream, self._answer, self._follower
+        if stream is None or view is None or follower is None or self._ending:
             return
         update = stream.drain()
-        if self._follow_y is None and (update.text or update.thinking):
-            self.chat_log.anchor(False)  # not to the answer's blank lines: _follow scrolls
+        if update.text or update.thinking:
+            follower.release()
         laid_out = await view.add_thinking(update.thinking)
         laid_out = await view.add_text(update.text) or laid_out
         if laid_out:  # where the text ends is known once the screen is laid out
-            self.call_after_refresh(self._follow)
+            self.call_after_refresh(follower.follow, view)
         else:  # every tick: a layout that came later (a folded thinking box) moved the text
-            self._follow()
+            follower.follow(view)
         state = "Answering" if view.text else "Thinking" if view.thinking else "Waiting for the first token"
         now = time.monotonic()
         if update.done or state != self._shown_state or now - self._status_at >= STATUS_INTERVAL:
@@ -237,36 +238,6 @@ class Chat(Vertical):
             self._pump_timer.stop()  # rendering costs too much (or little): a new pace
             self._pump_timer = self.set_interval(self._pacer.interval, self._pump)
 
-    def _follow(self) -> None:
-        """Keep the line being written in view, unless the user scrolled up to read.
-
-        The answer keeps blank lines under its text (so that a new line is not a layout), and
-        the log is not anchored to its end while the answer streams: when the text reaches the
-        bottom of the view, the log scrolls it up by a third of the view (a scroll repaints the
-        whole view, so it happens every few lines, not on every update).
-        """
-        log, view = self.chat_log, self._answer
-        if view is None or not self._following():
-            return  # the user scrolled up to read: stay there (scrolling back down follows again)
-        bottom = view.text_bottom()
-        if bottom is None:
-            return
-        region = log.scrollable_content_region
-        step = max(1, region.height // FOLLOW_STEP)
-        if bottom > region.bottom:  # a new line below the view: scroll by a step
-            delta = bottom - region.bottom + step - 1
-        elif bottom < region.bottom - step:  # more than a step of blank lines showing
-            delta = bottom - region.bottom
-        else:
-            delta = 0
-        target = max(0, min(log.scroll_y + delta, log.max_scroll_y))
-        if target != log.scroll_y:
-            log.scroll_to(y=target, animate=False, immediate=True)
-        self._follow_y = log.scroll_y
-
-    def _following(self) -> bool:
-        return self._follow_y is None or self.chat_log.scroll_y > self._follow_y - 1
-
     def _stop_pump(self) -> None:
         if self._pump_timer is not None:
             self._pump_timer.stop()
@@ -276,7 +247,7 @@ class Chat(Vertical):
         # This runs inside the pump timer's task: stopping the timer cancels the task, so the
         # timer stops last, after every await here.
         message = stream.message
-        following = self._following()
+        following = self._follower.following if self._follower else True
         await view.finish(figures_line(message.stats), message.interrupted)
         if following:  # the blank lines are gone: the log sticks to its end again
             self.chat_log.anchor()
