@@ -50,7 +50,11 @@ async def chat(path, turns: range, conversation=None, n_ctx: int = 4096, expect:
                 await wait_for(pilot, lambda: expect in " ".join(screen_text(app).split()), 30,
                                f"the notice {expect!r}")
             except AssertionError as missing:
-                raise AssertionError(f"{missing}; the screen:\n{screen_text(app)}") from None
+                from pocketchat.ui.widgets import Notice
+                notices = [str(n.render()) for n in app.query(Notice)]
+                raise AssertionError(f"{missing}; notices {notices}, restored "
+                                     f"{app.chat._restored.is_set()}, the screen:\n"
+                                     f"{screen_text(app)}") from None
         for turn in turns:
             await send(pilot, message(turn))
             await answered(pilot, timeout=60)

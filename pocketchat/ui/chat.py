@@ -144,7 +144,10 @@ class Chat(Vertical):
     def notice(self, text: str, hint: str = "", kind: str = "error") -> Notice:
         widget = Notice(text, hint, kind)
         self._mounting.append(self.chat_log.mount(widget))
-        self.chat_log.scroll_end(animate=False)
+        if self.stream is None:  # in view once laid out, however long the chat above takes to lay out
+            self.chat_log.anchor()
+        else:  # the answer's follower owns the scrolling while it streams
+            self.chat_log.scroll_end(animate=False)
         return widget
 
     def status(self, figures: StatusFigures) -> None:
