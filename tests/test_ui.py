@@ -356,3 +356,11 @@ def test_the_render_pace_backs_off_when_rendering_is_costly_and_returns_when_che
     assert pacer.interval == pytest.approx(0.05)  # cheap again: back to 20 a second, never more
     clock["t"] += 0.5
     assert not pacer.sample()  # less than a window since the last look: no change
+
+    # a short answer starts at the pace the last ones settled on; the idle time between
+    # answers (no rendering) does not count as cheap rendering
+    for _ in range(10):
+        second(0.30)
+    clock["t"] += 60.0  # the user reads and types
+    pacer.restart()
+    assert not second(0.06) and pacer.interval == pytest.approx(0.25)

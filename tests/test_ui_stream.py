@@ -127,3 +127,36 @@ def test_the_line_being_written_stays_in_view_and_a_user_who_scrolls_up_stays_pu
             assert log.scroll_y == where and "Line 239" not in screen_text(app)
 
     run(scenario())
+
+
+def test_a_short_answer_becomes_markdown_once_at_its_end_but_code_shows_as_code_at_once():
+    """Settling blocks into Markdown is a layout of the whole chat: a short prose answer is
+    shown as text while it streams and laid out as Markdown when it ends; a code block that
+    opens settles what is before it at once, so the code shows in its box while it streams."""
+    from pocketchat.ui.answer import AnswerMarkdown, StreamingMarkdown
+
+    prose = "A first paragraph that ends here.\n\nA second one, also complete.\n\nStill being"
+    code = prose.replace("Still being", "```python\ndef f():\n    return")
+
+    async def scenario(text: str) -> tuple[int, bool, int]:
+        app, engine, _ = make(Reply(text + " words.", hold_after=len(tokens(text))))
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            await send(pilot, "go")
+            await wait_for(pilot, engine.held.is_set)
+            await wait_for(pilot, lambda: text.split()[-1] in screen_text(app), what="the text")
+            markdown = app.query_one(StreamingMarkdown)
+            settled = len(markdown.markdown.children)
+            fenced = markdown.tail.has_class("-fence")
+            engine.release.set()
+            await answered(pilot)
+            return settled, fenced, len(app.query_one(AnswerMarkdown).children)
+
+    settled, fenced, blocks = run_value(scenario(prose))
+    assert (settled, fenced, blocks) == (0, False, 3)
+    settled, fenced, blocks = run_value(scenario(code))
+    assert settled == 2 and fenced and blocks == 3
+
+
+def run_value(coro):
+    return asyncio.run(coro)

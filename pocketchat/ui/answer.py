@@ -100,7 +100,7 @@ class StreamingMarkdown(Vertical):
         self.text = ""
         self._splitter = BlockSplitter()
         self._settled = 0
-        self._settled_at = 0.0
+        self._settled_at = time.monotonic()  # a short answer is laid out as Markdown once, at its end
         self._reserved = 0  # the tail's height: its lines and the blank ones
         self.lines = 0  # the tail's lines of text
 
@@ -124,7 +124,8 @@ class StreamingMarkdown(Vertical):
         content = self._tail_content()
         need = self._height(content, width)
         now = time.monotonic()
-        settle = boundary > self._settled and now - self._settled_at >= SETTLE_INTERVAL
+        code = bool(self._splitter.fence) and not self._opens_fence()  # a code block began: show it as code
+        settle = boundary > self._settled and (code or now - self._settled_at >= SETTLE_INTERVAL)
         if not (settle or need > self._reserved):
             self.lines = need
             self.tail.update(content, layout=False)

@@ -285,9 +285,8 @@ class ChatApp(App[int]):
         self.exit(0)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Hide keys that do nothing now (Esc without an answer, chat keys while loading)."""
-        if action == "stop":
-            return self.stream is not None
+        """Hide keys that do nothing now (chat keys while loading). Esc stays shown: showing
+        and hiding it rebuilt the footer while the model decodes, CPU taken from the model."""
         if action in ("new_chat", "restart"):
             return self._startup_screen() is None and not self._starting
         return True

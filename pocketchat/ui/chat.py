@@ -42,7 +42,7 @@ from pocketchat.ui.widgets import (
 )
 
 ENGINE_WAIT = 120.0  # the longest a new answer waits for a state save or load to end
-STATUS_INTERVAL = 0.25  # the status bar's figures change at most 4 times a second while streaming
+STATUS_INTERVAL = 0.5  # the status bar's figures change at most twice a second while streaming
 RESTART_HINT = "Ctrl+R restarts the engine (this conversation is kept); Ctrl+N starts a new chat."
 
 
@@ -204,11 +204,10 @@ class Chat(Vertical):
         self.status(figures_from_stats(None, "Waiting for the first token", self.memory,
                                        self.info.n_ctx if self.info else 0, None))
         self.run_worker(stream.run, thread=True, group="stream", exit_on_error=False)
-        self._pacer = RenderPacer()
+        self._pacer.restart()  # the pace the last answers settled on: a short answer starts there
         self._status_at, self._shown_state = 0.0, ""
         self._follower = Follower(self.chat_log)
         self._pump_timer = self.set_interval(self._pacer.interval, self._pump)
-        self.app.refresh_bindings()
 
     async def _pump(self) -> None:
         """Render what arrived since the last tick (at most 10 times a second, see RenderPacer)."""
@@ -279,7 +278,6 @@ class Chat(Vertical):
         for mounted in mounting:  # the notices above are on screen before the answer counts as done
             await mounted
         self.stream, self._answer = None, None  # last: a test (or a user) sees it all done
-        self.app.refresh_bindings()
         self._stop_pump()
 
     def _answer_failed(self, error: BaseException) -> None:

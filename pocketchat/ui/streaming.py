@@ -185,6 +185,10 @@ class RenderPacer:
         self.share = 0.0
         self._t0, self._c0 = clock(), cpu()
 
+    def restart(self) -> None:
+        """A new answer: measure from now, at the interval reached so far."""
+        self._t0, self._c0 = self.clock(), self.cpu()
+
     def sample(self) -> bool:
         """Call once per update; True when the interval changed."""
         now = self.clock()

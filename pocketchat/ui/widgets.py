@@ -97,6 +97,7 @@ class PromptInput(TextArea):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(soft_wrap=True, show_line_numbers=False, tab_behavior="focus", **kwargs)
+        self.cursor_blink = False  # a steady cursor: a blink repaints twice a second, answers or not
         self.sent: list[str] = []
         self._recall: int | None = None
         self._draft = ""
