@@ -108,6 +108,12 @@ class StreamingMarkdown(Vertical):
         yield self.markdown
         yield self.tail
 
+    def on_mount(self) -> None:
+        # The room is made with the mount's own layout, before the model's first token: the
+        # first lines then fill blank ones (a repaint) instead of costing layouts while it decodes.
+        self._reserved = TAIL_SPARE_SCREENS * max(self.app.size.height, 10)
+        self.tail.styles.height = self._reserved
+
     async def write(self, fragment: str) -> bool:
         """Add text and repaint the tail; True when that changed the layout.
 
@@ -252,6 +258,8 @@ class AnswerView(Vertical):
         for stream in (self._answer_stream, self._thinking_stream):
             if stream is not None and stream.text:
                 return stream.text_bottom()
+        if self._answer_stream is not None and not self.thinking:  # nothing yet: the answer's top
+            return self._answer_stream.text_bottom()
         return None
 
     async def _finish_thinking(self) -> None:

@@ -198,15 +198,16 @@ class Chat(Vertical):
         view = AnswerView(streaming=True)
         for welcome in self.chat_log.query(Welcome):
             await welcome.remove()
+        follower = self._follower = Follower(self.chat_log)
+        follower.release()  # the answer's room is blank lines: the log follows its text instead
         await self.chat_log.mount_all([UserMessage(text), view])
-        self.chat_log.anchor()
+        self.call_after_refresh(follower.follow, view)  # the message in view, the room below it
         self._answer = view
         self.status(figures_from_stats(None, "Waiting for the first token", self.memory,
                                        self.info.n_ctx if self.info else 0, None))
         self.run_worker(stream.run, thread=True, group="stream", exit_on_error=False)
         self._pacer.restart()  # the pace the last answers settled on: a short answer starts there
         self._status_at, self._shown_state = 0.0, ""
-        self._follower = Follower(self.chat_log)
         self._pump_timer = self.set_interval(self._pacer.interval, self._pump)
 
     async def _pump(self) -> None:

@@ -22,7 +22,7 @@ from pocketchat.ui import modelstate
 
 UPDATES_PER_SECOND = 10  # the most screen updates a second while an answer streams
 MIN_UPDATES_PER_SECOND = 2
-RENDER_BUDGET = 0.05  # share of one core the UI process may spend while the model decodes
+RENDER_BUDGET = 0.025  # share of one core the UI process may spend while the model decodes
 SAVE_INTERVAL = 1.0
 
 
