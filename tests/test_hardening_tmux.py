@@ -199,3 +199,42 @@ def test_a_read_only_conversation_folder_is_reported_and_quitting_reminds(tmp_pa
             assert "note: this chat was not saved" in after and "cannot be written to" in after, after
         finally:
             tmux.kill()
+
+
+def test_closing_the_terminal_mid_answer_ends_the_process_and_keeps_the_chat(tmp_path):
+    """A closed terminal (SIGHUP, the tty gone) while an answer streams and a notice shows:
+    the chat is saved and the process ends, never left behind spinning on a dead terminal."""
+    pytest.importorskip("llama_cpp")
+    import psutil
+
+    command, _ = _command(tmp_path, "--model starter --no-think")
+    command = command.replace("; exec ", "; ")  # run by a shell, as a terminal's shell runs it
+    tmux = Tmux()
+    try:
+        tmux("new-session", "-d", "-s", "e2e", "-x", "110", "-y", "34", command)
+        tmux.wait_for(_ready, 90, "the starter model to load")
+        shell = psutil.Process(_pid(tmp_path))
+        pid = next(p.pid for p in shell.children() if "pocketchat" in " ".join(p.cmdline()))
+        tmux("send-keys", "-t", "e2e", "-l", "Write a very long story about a dragon, in many paragraphs.")
+        tmux("send-keys", "-t", "e2e", "Enter")
+        tmux.wait_for(lambda s: "Answering" in s, 60, "the answer to stream")
+        tmux("send-keys", "-t", "e2e", "-l", "And another one.")
+        tmux("send-keys", "-t", "e2e", "Enter")  # refused while the answer streams: a notice shows
+        tmux.wait_for(lambda s: "still streaming" in s, 10, "the notice")
+    finally:
+        tmux.kill()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.2)
+    else:
+        cpu = psutil.Process(pid).cpu_percent(interval=1.0)
+        os.kill(pid, signal.SIGKILL)
+        raise AssertionError(f"the chat process outlived its terminal by 30 s (using {cpu:.0f}% CPU)")
+    chat = json.loads(next(settings().conversations_dir.glob("*.json")).read_text())
+    answer = chat["messages"][-1]
+    assert answer["role"] == "assistant" and answer["interrupted"] and answer["content"].strip()

@@ -364,3 +364,21 @@ def test_the_render_pace_backs_off_when_rendering_is_costly_and_returns_when_che
     clock["t"] += 60.0  # the user reads and types
     pacer.restart()
     assert not second(0.06) and pacer.interval == pytest.approx(0.25)
+
+
+def test_after_a_signal_the_process_ends_even_if_the_app_cannot():
+    """The guard started on SIGTERM/SIGHUP ends a process whose app hangs on a dead terminal,
+    and stands down once the app ended by itself."""
+    import subprocess
+    import sys
+
+    code = ("import threading, time; from pocketchat.ui.app import _exit_if_stuck; "
+            "ended = threading.Event(); {setup}"
+            "threading.Thread(target=_exit_if_stuck, args=(ended, 129, 0.5), daemon=True).start(); "
+            "time.sleep(2); print('lived')")
+    stuck = subprocess.run([sys.executable, "-c", code.format(setup="")], capture_output=True,
+                           text=True, timeout=30)
+    assert stuck.returncode == 129 and "lived" not in stuck.stdout
+    ended = subprocess.run([sys.executable, "-c", code.format(setup="ended.set(); ")],
+                           capture_output=True, text=True, timeout=30)
+    assert ended.returncode == 0 and "lived" in ended.stdout

@@ -7,7 +7,9 @@ hands it to the chat, restarts it, closes it, and holds the keys and the command
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import threading
 from typing import Callable
 
 from textual import work
@@ -40,6 +42,8 @@ from pocketchat.ui.startup import (
 )
 from pocketchat.ui.streaming import AnswerStream, MemoryFn, MemoryProbe, engine_pid
 from pocketchat.ui.widgets import PLACEMENT_WORDS, EngineHeader
+
+EXIT_GRACE = 20.0  # seconds after SIGTERM/SIGHUP before the process ends however far the app got
 
 
 class ChatApp(App[int]):
@@ -82,6 +86,7 @@ class ChatApp(App[int]):
         self.fatal_error: BaseException | None = None
         self._prepared = False
         self.ui_nice = ui_nice  # lower the UI's threads by this much once the engine runs
+        self._ended = threading.Event()  # App.run returned (see _exit_if_stuck)
         self._starting = False
 
     # -- what the chat holds, for the CLI and the tests --------------------------------
@@ -279,6 +284,14 @@ class ChatApp(App[int]):
     def _on_signal(self, signum: int) -> None:
         self.chat.shutdown()  # the answer's thread saves it, marked interrupted; on_unmount waits
         self.exit(128 + signum, return_code=128 + signum)
+        threading.Thread(target=_exit_if_stuck, args=(self._ended, 128 + signum), daemon=True,
+                         name="pocketchat-exit-guard").start()
+
+    def run(self, *args, **kwargs):  # type: ignore[override]
+        try:
+            return super().run(*args, **kwargs)
+        finally:
+            self._ended.set()  # the exit guard stands down
 
     async def action_quit(self) -> None:
         self.chat.shutdown()
@@ -315,6 +328,13 @@ def about_markdown(info: EngineInfo | None, extra: str | None) -> str:
     if extra:
         lines += ["", extra]
     return "\n".join(lines)
+
+
+def _exit_if_stuck(ended: threading.Event, code: int, grace: float = EXIT_GRACE) -> None:
+    """End the process if the app has not ended `grace` seconds after a signal: the chat and
+    the model's state are saved by then, and Textual can hang writing to a terminal that closed."""
+    if not ended.wait(grace):
+        os._exit(code)
 
 
 def create_app(engine_factory: EngineFactory, **kwargs) -> ChatApp:

@@ -84,19 +84,29 @@ def safe_paste_driver(base: Type[Driver]) -> Type[Driver]:
             selector = selectors.SelectSelector()  # as Textual: kqueue cannot watch a tty on macOS
             selector.register(self.fileno, selectors.EVENT_READ)
 
-            def pump(final: bool) -> None:
+            def pump(final: bool) -> bool:
+                """Read what the terminal sent; False once it is gone (closed: end of input)."""
                 for _key, mask in selector.select(0.1):
                     if mask & selectors.EVENT_READ:
-                        text = decode(os.read(self.fileno, 4096), final=final)
+                        try:
+                            data = os.read(self.fileno, 4096)
+                        except OSError:
+                            return False
+                        if not data:
+                            return False
+                        text = decode(data, final=final)
                         if text:
                             for event in parser.feed(guard.filter(text)):
                                 self.process_message(event)
                 for event in parser.tick():
                     self.process_message(event)
+                return True
 
             try:
-                while not self.exit_event.is_set():
-                    pump(final=False)
+                # A closed terminal reads as ready with nothing in it: stop reading (the
+                # hang-up signal ends the app) instead of spinning a core until then.
+                while not self.exit_event.is_set() and pump(final=False):
+                    pass
                 selector.unregister(self.fileno)
             finally:
                 selector.close()
