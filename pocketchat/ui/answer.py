@@ -11,7 +11,8 @@ again, more than once when widgets are mounted), so the answer rarely changes th
 tail is sized to its lines plus a few screenfuls of blank ones, which stay out of sight below
 the view (the chat scrolls to keep the line being written in view, see ui/follow.py; a
 scroll is a repaint, not a layout). The layout changes when the complete blocks settle into
-Markdown (every `SETTLE_INTERVAL` seconds) or when the tail outgrows its room. When the
+Markdown (every `SETTLE_INTERVAL` seconds, and when a code block opens, so that code shows as
+code; a short answer settles only at its end) or when the tail outgrows its room. When the
 answer ends, the rest of the text is appended to the Markdown, which parses again from its
 last block: the blocks are those a reopened conversation shows.
 """
@@ -111,14 +112,13 @@ class StreamingMarkdown(Vertical):
     def on_mount(self) -> None:
         # The room is made with the mount's own layout, before the model's first token: the
         # first lines then fill blank ones (a repaint) instead of costing layouts while it decodes.
-        self._reserved = TAIL_SPARE_SCREENS * max(self.app.size.height, 10)
-        self.tail.styles.height = self._reserved
+        self._reserve(0)
 
     async def write(self, fragment: str) -> bool:
         """Add text and repaint the tail; True when that changed the layout.
 
-        The layout changes when blocks settle (every SETTLE_INTERVAL) or the tail outgrows its
-        room; then the tail also takes the code-block style if it is an open code block. In
+        The layout changes when blocks settle (every SETTLE_INTERVAL, or when a code block
+        opens) or the tail outgrows its room; then the tail also takes the code-block style if it is an open code block. In
         between, the tail's new lines fill its blank ones.
         """
         self.text += fragment
@@ -142,10 +142,14 @@ class StreamingMarkdown(Vertical):
         self.tail.set_class(self._opens_fence(), "-fence")
         content = self._tail_content()
         self.lines = need = self._height(content, width)
-        self._reserved = need + TAIL_SPARE_SCREENS * max(self.app.size.height, 10)
-        self.tail.styles.height = self._reserved
+        self._reserve(need)
         self.tail.update(content, layout=False)
         return True
+
+    def _reserve(self, lines: int) -> None:
+        """Size the tail to `lines` of text and the blank screens under them."""
+        self._reserved = lines + TAIL_SPARE_SCREENS * max(self.app.size.height, 10)
+        self.tail.styles.height = self._reserved
 
     def text_bottom(self) -> int | None:
         """The screen row under the last line of text being written (None: not on screen)."""

@@ -216,8 +216,6 @@ class Chat(Vertical):
         if stream is None or view is None or follower is None or self._ending:
             return
         update = stream.drain()
-        if update.text or update.thinking:
-            follower.release()
         laid_out = await view.add_thinking(update.thinking)
         laid_out = await view.add_text(update.text) or laid_out
         if laid_out:  # where the text ends is known once the screen is laid out
