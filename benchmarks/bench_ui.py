@@ -72,6 +72,7 @@ def measure(choice, runs: int, tokens: int) -> tuple[list[float], list[float], l
 
     from pocketchat.engines import open_engine
     from pocketchat.ui.app import create_app
+    from pocketchat.ui.streaming import CHUNK_INTERVAL
 
     base: list[float] = []
     shown: list[float] = []
@@ -79,7 +80,8 @@ def measure(choice, runs: int, tokens: int) -> tuple[list[float], list[float], l
 
     async def scenario() -> None:
         plain = open_engine(choice.plan, choice.path, name=choice.name)
-        app = create_app(lambda: open_engine(choice.plan, choice.path, name=choice.name),
+        app = create_app(lambda: open_engine(choice.plan, choice.path, name=choice.name,  # as the chat opens it
+                                             chunk_interval=CHUNK_INTERVAL),
                          thinking=False, options=options(tokens))
         try:
             async with app.run_test(size=(110, 34)) as pilot:

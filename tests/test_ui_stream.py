@@ -9,6 +9,7 @@ from scripted_engine import Reply, tokens
 from uitools import SIZE, answered, make, ready, run, screen_text, send, wait_for
 
 from pocketchat.ui.answer import BlockSplitter
+from pocketchat.ui.widgets import UserMessage
 
 ANSWER = """A first paragraph that ends here.
 
@@ -160,3 +161,28 @@ def test_a_short_answer_becomes_markdown_once_at_its_end_but_code_shows_as_code_
 
 def run_value(coro):
     return asyncio.run(coro)
+
+
+def test_the_model_starts_once_the_message_is_laid_out_on_screen():
+    """Laying out the chat for a new message takes a core for tens of ms: done before the
+    model decodes, it is not taken from the first tokens, and the message shows sooner."""
+    async def scenario():
+        app, engine, _ = make(Reply("Hi there."), Reply("Again."))
+        laid_out: list[bool] = []
+        chat = engine.chat
+
+        def watched(messages, options=None):
+            users = list(app.query(UserMessage))
+            laid_out.append(len(users) == len(laid_out) + 1 and users[-1].region.height > 0)
+            return chat(messages, options)
+
+        engine.chat = watched
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            for prompt in ("hello", "and again"):
+                await send(pilot, prompt)
+                await answered(pilot)
+            assert "Again." in screen_text(app)
+        assert laid_out == [True, True]
+
+    run(scenario())

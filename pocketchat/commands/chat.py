@@ -160,7 +160,10 @@ class Session:
             self.alone = any(reachable(ep) for ep in plan.rpc_servers)
             if self.alone:
                 plan = alone_plan(self.sel, self.choice)
-        engine = open_engine(plan, self.choice.path, name=self.choice.name)
+        from pocketchat.ui.streaming import CHUNK_INTERVAL
+
+        engine = open_engine(plan, self.choice.path, name=self.choice.name,
+                             chunk_interval=CHUNK_INTERVAL)
         self.engine = engine
         return engine
 

@@ -3,7 +3,8 @@
 See `worker` for the protocol. Requests run one at a time in the main thread; a listener
 thread takes "cancel" and "close" while an answer runs, so cancel reaches the backend (its
 abort callback included) inside a decode. Deltas are coalesced: the first chunk of an answer
-goes at once (time to first token), then at most one every FLUSH_SECONDS.
+goes at once (time to first token), then at most one every `chunk_interval` seconds
+(FLUSH_SECONDS unless the parent asks for another: the chat asks for its screen's pace).
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def _redirect_output(log_path: str | None) -> None:
 
 
 def main(conn: Any, plan: LoadPlan, path: str, name: str | None,
-         log_path: str | None = None) -> None:
+         log_path: str | None = None, chunk_interval: float = FLUSH_SECONDS) -> None:
     """The child process: load the backend, say so, then serve requests until "close"."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the parent
     _redirect_output(log_path)
@@ -95,7 +96,7 @@ def main(conn: Any, plan: LoadPlan, path: str, name: str | None,
     engine = _load(plan, path, name, send)
     if engine is not None:
         send(("ready", engine.info))
-        _serve(engine, conn, send)
+        _serve(engine, conn, send, chunk_interval)
 
 
 def _load(plan: LoadPlan, path: str, name: str | None, send: Callable[[tuple], None]) -> Any:
@@ -117,7 +118,8 @@ def _load(plan: LoadPlan, path: str, name: str | None, send: Callable[[tuple], N
     return None
 
 
-def _serve(engine: Any, conn: Any, send: Callable[[tuple], None]) -> None:
+def _serve(engine: Any, conn: Any, send: Callable[[tuple], None],
+           chunk_interval: float = FLUSH_SECONDS) -> None:
     """Answer requests one at a time; a listener thread takes cancel and close at any time."""
     requests: queue.Queue = queue.Queue()
     cancelled: set[int] = set()
@@ -153,7 +155,7 @@ def _serve(engine: Any, conn: Any, send: Callable[[tuple], None]) -> None:
         _, req, messages, options = msg
         current[0] = req
         try:
-            _stream(engine, req, messages, options, send, cancelled)
+            _stream(engine, req, messages, options, send, cancelled, chunk_interval)
         except (BrokenPipeError, EOFError, OSError):
             break
         finally:
@@ -163,7 +165,8 @@ def _serve(engine: Any, conn: Any, send: Callable[[tuple], None]) -> None:
 
 
 def _stream(engine: Any, req: int, messages: Sequence[Message], options: ChatOptions,
-            send: Callable[[tuple], None], cancelled: set[int]) -> None:
+            send: Callable[[tuple], None], cancelled: set[int],
+            chunk_interval: float = FLUSH_SECONDS) -> None:
     if req in cancelled:
         send(("chunk", req, Chunk(finish_reason="cancelled")))
         return
@@ -178,7 +181,7 @@ def _stream(engine: Any, req: int, messages: Sequence[Message], options: ChatOpt
             if chunk.finish_reason is not None:
                 break
             now = time.monotonic()
-            if first or now - last_flush >= FLUSH_SECONDS:
+            if first or now - last_flush >= chunk_interval:
                 send(("chunk", req, _merge(pending)))
                 pending, last_flush, first = [], now, False
             if req in cancelled:

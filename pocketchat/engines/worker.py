@@ -11,8 +11,9 @@ Protocol (pickled tuples over one duplex pipe):
                     | ("load_error", PocketchatError) | ("chunk", req, Chunk)
                     | ("result", req, value or PocketchatError)
 The child (`child.main`) coalesces deltas: it sends the first chunk of an answer at once (time
-to first token) and then at most one chunk every FLUSH_SECONDS, so the pipe costs the
-generation loop one small send per ~30 ms, not one per token. A child thread listens for
+to first token) and then at most one chunk every `chunk_interval` seconds (FLUSH_SECONDS, 30 ms,
+unless the owner asks for another), so the pipe costs the generation loop one small send per
+interval, not one per token. A child thread listens for
 cancel, so cancel reaches llama.cpp (its abort callback included) inside a decode.
 
 Loading: the constructor blocks until the model is loaded (default), or returns at once with
@@ -38,7 +39,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from pocketchat.errors import EngineCrashed, EngineError
-from pocketchat.engines.child import main as child_main
+from pocketchat.engines.child import FLUSH_SECONDS, main as child_main
 from pocketchat.engines.types import ChatOptions, Chunk, EngineInfo, Message
 from pocketchat.types import LoadPlan
 
@@ -97,7 +98,8 @@ class WorkerEngine:
 
     def __init__(self, plan: LoadPlan, path: Path, *, name: str | None = None, wait: bool = True,
                  timeout: float | None = None,
-                 on_progress: Callable[[str, float], None] | None = None) -> None:
+                 on_progress: Callable[[str, float], None] | None = None,
+                 chunk_interval: float = FLUSH_SECONDS) -> None:
         path = Path(path)
         ctx = multiprocessing.get_context("spawn")
         self._conn, child = ctx.Pipe(duplex=True)
@@ -106,7 +108,8 @@ class WorkerEngine:
         # One log per worker: a restarted engine never truncates or deletes a crashed one's.
         self.log_path = str(settings().cache_dir / f"worker-{os.getpid()}-{next(_WORKER_IDS)}.log")
         self._proc = ctx.Process(target=child_main,
-                                 args=(child, plan, str(path), name, self.log_path),
+                                 args=(child, plan, str(path), name, self.log_path,
+                                       chunk_interval),
                                  name="pocketchat-engine", daemon=True)
         self._proc.start()
         child.close()

@@ -3,7 +3,7 @@
 While an answer streams, its text is split at the last block boundary (a blank line outside a
 code fence, or a closing fence): the complete blocks before it go into a `Markdown` widget
 (appended as they complete, parsed from the last block on), and the block still being
-written (with the blocks completed since the last settle) is a plain-text tail (`Static`)
+written (with the blocks completed since the last settle) is a plain-text tail (`ui.tail.Tail`)
 repainted in place.
 
 A layout of the screen costs the size of the whole chat (every widget in it is arranged
@@ -24,10 +24,10 @@ import time
 from textual.app import ComposeResult
 from textual.await_complete import AwaitComplete
 from textual.containers import Vertical
-from textual.content import Content
-from textual.widgets import Collapsible, Label, Markdown, Static
+from textual.widgets import Collapsible, Label, Markdown
 
 from pocketchat.textsafe import visible
+from pocketchat.ui.tail import Tail
 
 TAIL_SPARE_SCREENS = 3  # blank lines under the text being written: room for seconds of text
 SETTLE_INTERVAL = 4.0  # complete blocks become Markdown this often (a mount is a few layouts)
@@ -97,7 +97,7 @@ class StreamingMarkdown(Vertical):
     def __init__(self, markdown: Markdown, **kwargs) -> None:
         super().__init__(**kwargs)
         self.markdown = markdown
-        self.tail = Static("", markup=False, classes="tail")
+        self.tail = Tail(classes="tail")
         self.text = ""
         self._splitter = BlockSplitter()
         self._settled = 0
@@ -115,35 +115,29 @@ class StreamingMarkdown(Vertical):
         self._reserve(0)
 
     async def write(self, fragment: str) -> bool:
-        """Add text and repaint the tail; True when that changed the layout.
+        """Add text and repaint the tail's new rows; True when that changed the layout.
 
         The layout changes when blocks settle (every SETTLE_INTERVAL, or when a code block
-        opens) or the tail outgrows its room; then the tail also takes the code-block style if it is an open code block. In
-        between, the tail's new lines fill its blank ones.
+        opens) or the tail outgrows its room; then the tail also takes the code-block style if
+        it is an open code block. In between, the tail's new lines fill its blank ones.
         """
         self.text += fragment
         boundary = self._splitter.feed(self.text)
-        width = self.tail.size.width
-        if not width:  # not laid out yet: its height follows the text
-            self.tail.update(self._tail_content())
+        need = self.tail.set_text(self._tail_text())
+        if not self.tail.size.width:  # not laid out yet
             return True
-        content = self._tail_content()
-        need = self._height(content, width)
-        now = time.monotonic()
         code = bool(self._splitter.fence) and not self._opens_fence()  # a code block began: show it as code
+        now = time.monotonic()
         settle = boundary > self._settled and (code or now - self._settled_at >= SETTLE_INTERVAL)
         if not (settle or need > self._reserved):
             self.lines = need
-            self.tail.update(content, layout=False)
             return False
         if settle:
             settled, self._settled, self._settled_at = self.text[self._settled:boundary], boundary, now
             await self.markdown.append(settled)
         self.tail.set_class(self._opens_fence(), "-fence")
-        content = self._tail_content()
-        self.lines = need = self._height(content, width)
+        self.lines = need = self.tail.set_text(self._tail_text())
         self._reserve(need)
-        self.tail.update(content, layout=False)
         return True
 
     def _reserve(self, lines: int) -> None:
@@ -158,19 +152,16 @@ class StreamingMarkdown(Vertical):
         region = self.tail.content_region
         return region.y + self.lines if region else None
 
-    def _height(self, content: Content, width: int) -> int:
-        return content.get_height(self.tail.styles, width) if content.plain.strip() else 0
-
     def _opens_fence(self) -> bool:
         """Whether the tail is a code block still open (shown as one, its fence line left out)."""
         fence = self._splitter.fence
         return bool(fence) and self.text[self._settled:].lstrip(" ").startswith(fence)
 
-    def _tail_content(self) -> Content:
+    def _tail_text(self) -> str:
         tail = self.text[self._settled:]
         if self.tail.has_class("-fence") and self._opens_fence():
             tail = tail.partition("\n")[2]
-        return Content(tail.rstrip("\n"))
+        return tail
 
     async def finish(self) -> None:
         """The rest of the text as Markdown (the tail goes).

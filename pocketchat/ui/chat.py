@@ -42,6 +42,7 @@ from pocketchat.ui.widgets import (
 )
 
 ENGINE_WAIT = 120.0  # the longest a new answer waits for a state save or load to end
+SHOW_WAIT = 1.0  # the longest a new answer waits for the screen to show the message
 STATUS_INTERVAL = 0.5  # the status bar's figures change at most twice a second while streaming
 RESTART_HINT = "Ctrl+R restarts the engine (this conversation is kept); Ctrl+N starts a new chat."
 
@@ -162,7 +163,7 @@ class Chat(Vertical):
 
     def set_memory(self, memory: int | None) -> None:
         self.memory = memory
-        if self.stream is None:
+        if self.stream is None and self.query(StatusBar):  # none while the app closes
             self.idle_status(self.query_one(StatusBar).figures.state)
 
     # -- sending and streaming ------------------------------------------------------------
@@ -191,9 +192,10 @@ class Chat(Vertical):
         history = conversation.engine_messages()
         message = conversation.add("assistant", interrupted=True)
         options = dataclasses.replace(self.base_options, thinking=self.thinking)
+        shown = threading.Event()
         stream = AnswerStream(self.engine, conversation, message, history, options,
                               save_interval=self.save_interval,
-                              wait_engine=self._engine_waiter())
+                              wait_engine=self._engine_waiter(shown))
         self.stream = self.last_stream = stream  # set before any await: an answer is under way
         view = AnswerView(streaming=True)
         for welcome in self.chat_log.query(Welcome):
@@ -202,6 +204,7 @@ class Chat(Vertical):
         follower.release()  # the answer's room is blank lines: the log follows its text instead
         await self.chat_log.mount_all([UserMessage(text), view])
         self.call_after_refresh(follower.follow, view)  # the message in view, the room below it
+        self.call_after_refresh(shown.set)  # then the model starts (the mount's layout is done)
         self._answer = view
         self.status(figures_from_stats(None, "Waiting for the first token", self.memory,
                                        self.info.n_ctx if self.info else 0, None))
@@ -301,12 +304,14 @@ class Chat(Vertical):
         if wait and self.last_stream is not None:  # the answer saved, and the model's state
             self.last_stream.wait_settled(wait)
 
-    def _engine_waiter(self) -> Callable[[], None]:
-        """What a new answer's thread waits for first: the previous answer's end and state
-        save, and a state load (one engine call at a time; the screen shows the message at once)."""
+    def _engine_waiter(self, shown: threading.Event) -> Callable[[], None]:
+        """What a new answer's thread waits for first: the screen showing the message (laying
+        out the chat takes a core that the model's first tokens would otherwise lose), the
+        previous answer's end and state save, and a state load (one engine call at a time)."""
         last, restored = self.last_stream, self._restored
 
         def wait() -> None:
+            shown.wait(SHOW_WAIT)
             if last is not None:
                 last.wait_settled(ENGINE_WAIT)
             restored.wait(ENGINE_WAIT)

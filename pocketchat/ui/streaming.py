@@ -21,6 +21,8 @@ from pocketchat.engines.types import ChatOptions, Engine, Message, Stats
 from pocketchat.ui import modelstate
 
 UPDATES_PER_SECOND = 10  # the most screen updates a second while an answer streams
+CHUNK_INTERVAL = 1.0 / UPDATES_PER_SECOND  # the worker sends text no more often than it can show
+# (each chunk wakes this process: at 30 ms the reading thread took 0.11 ms of CPU per token, 0.04 at 100 ms)
 MIN_UPDATES_PER_SECOND = 2
 RENDER_BUDGET = 0.025  # share of one core the UI process may spend while the model decodes
 SAVE_INTERVAL = 1.0
