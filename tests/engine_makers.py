@@ -30,6 +30,16 @@ def make_llama_worker(n_ctx: int):
     return WorkerEngine(llama_plan(n_ctx), starter_path(), name="starter")
 
 
+def make_llama_worker_at_chat_pace(n_ctx: int):
+    """The worker as the chat opens it: text sent at most every CHUNK_INTERVAL."""
+    from pocketchat.store.starter import starter_path
+    from pocketchat.engines.worker import WorkerEngine
+    from pocketchat.ui.streaming import CHUNK_INTERVAL
+
+    return WorkerEngine(llama_plan(n_ctx), starter_path(), name="starter",
+                        chunk_interval=CHUNK_INTERVAL)
+
+
 def make_mlx_in_process(n_ctx: int):
     pytest.importorskip("mlx_lm")
     from mlx_fixture import shared_model
@@ -42,5 +52,6 @@ def make_mlx_in_process(n_ctx: int):
 MAKERS = [
     pytest.param(make_llama_in_process, id="llama.cpp-in-process"),
     pytest.param(make_llama_worker, id="llama.cpp-worker"),
+    pytest.param(make_llama_worker_at_chat_pace, id="llama.cpp-worker-chat-pace"),
     pytest.param(make_mlx_in_process, id="mlx-in-process"),
 ]
