@@ -14,6 +14,7 @@ from uitools import SIZE, answered, make, ready, run, screen_text, send, status_
 
 from pocketchat import conversations
 from pocketchat.errors import CorruptModel, DownloadError, ModelNotFound
+from pocketchat.engines.types import ChatOptions
 from pocketchat.ui.screens import DownloadScreen
 from pocketchat.ui.widgets import AnswerView, PromptInput, UserMessage
 
@@ -175,6 +176,21 @@ def test_multiline_input_enter_sends_ctrl_j_breaks_the_line_up_recalls():
                 app.post_message(events.Key(key, char))
             await pilot.pause(0.1)
             assert app.query_one(PromptInput).text == "a\nb"
+
+    run(scenario())
+
+
+def test_an_answer_cut_at_the_set_number_of_tokens_does_not_say_the_context_is_full():
+    async def scenario():  # `pocketchat --bench-tokens 4`: every answer stops at 4 tokens
+        app, _, _ = make(Reply("one two three four", finish_reason="length"),
+                         options=ChatOptions(max_tokens=4, ignore_eos=True))
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            await send(pilot, "count")
+            await answered(pilot)
+            text = screen_text(app)
+            assert "one two three four" in text and "4 tokens" in text
+            assert "context is full" not in text
 
     run(scenario())
 

@@ -13,8 +13,8 @@ Protocol (pickled tuples over one duplex pipe):
 The child (`child.main`) coalesces deltas: it sends the first chunk of an answer at once (time
 to first token) and then at most one chunk every `chunk_interval` seconds (FLUSH_SECONDS, 30 ms,
 unless the owner asks for another), so the pipe costs the generation loop one small send per
-interval, not one per token. A child thread listens for
-cancel, so cancel reaches llama.cpp (its abort callback included) inside a decode.
+interval, not one per token. A child thread listens for cancel, so cancel reaches llama.cpp
+(its abort callback included) inside a decode.
 
 Loading: the constructor blocks until the model is loaded (default), or returns at once with
 `wait=False`; then call `wait_ready(timeout)` (it reports `on_progress(stage, fraction)`),
