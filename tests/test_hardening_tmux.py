@@ -238,3 +238,45 @@ def test_closing_the_terminal_mid_answer_ends_the_process_and_keeps_the_chat(tmp
     chat = json.loads(next(settings().conversations_dir.glob("*.json")).read_text())
     answer = chat["messages"][-1]
     assert answer["role"] == "assistant" and answer["interrupted"] and answer["content"].strip()
+
+
+def _wakeups(pid: int) -> int:
+    """Times the process's threads went to sleep and were woken (voluntary context switches)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    total += int(line.split()[1])
+        except OSError:  # a thread that just ended
+            continue
+    return total
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_an_idle_chat_sleeps_yet_a_lone_esc_and_ctrl_q_act_at_once(tmp_path):
+    """Each wake-up takes a core from the model for a moment (and a laptop's battery): the
+    terminal reader waits for input instead of looking ten times a second."""
+    pytest.importorskip("llama_cpp")
+    command, exit_file = _command(tmp_path, "--model starter --no-think")
+    tmux = Tmux()
+    try:
+        tmux("new-session", "-d", "-s", "e2e", "-x", "110", "-y", "34", command)
+        tmux.wait_for(_ready, 90, "the starter model to load")
+        assert _wait_file(tmp_path / "pid", 10)
+        pid = int((tmp_path / "pid").read_text())
+        time.sleep(1.0)
+        before = _wakeups(pid)
+        time.sleep(5.0)
+        woke = _wakeups(pid) - before
+        assert woke < 20, f"the idle chat woke {woke} times in 5 s"  # 50+ when polling at 10 Hz
+
+        tmux("send-keys", "-t", "e2e", "C-p")
+        tmux.wait_for(lambda s: "Search for commands" in s, 10, "the command palette")
+        tmux("send-keys", "-t", "e2e", "Escape")  # a lone Esc: told from a key's sequence by time
+        tmux.wait_for(lambda s: "Search for commands" not in s and _ready(s), 3, "Esc to close it")
+        tmux("send-keys", "-t", "e2e", "C-q")
+        assert _wait_file(exit_file, 10), tmux.screen()
+        assert exit_file.read_text().strip() == "0"
+    finally:
+        tmux.kill()

@@ -5,6 +5,11 @@ as keys (ESC as "^"), before the paste itself arrives: `abc \\x1b[2J def` became
 `PasteGuard` sits between the terminal and the parser and replaces each ESC inside a bracketed
 paste (between `ESC[200~` and `ESC[201~`) by "␛", so the parser sees one clean paste;
 `SafePasteDriver` is Textual's Linux/macOS driver with the guard in its input thread.
+
+Its input thread also sleeps until the terminal sends something (or the app stops reading),
+where Textual's wakes ten times a second to look: each wake-up takes a core from the model
+for a moment (about 0.1 ms here), and an idle chat should not wake at all. It wakes early only
+when the parser waits to tell a lone Esc from the start of a key's escape sequence.
 """
 
 from __future__ import annotations
@@ -12,7 +17,8 @@ from __future__ import annotations
 import codecs
 import os
 import selectors
-from typing import Type
+import threading
+from typing import Any, Type
 
 from textual.driver import Driver
 
@@ -20,6 +26,7 @@ ESC = "\x1b"
 START = "\x1b[200~"
 END = "\x1b[201~"
 SHOWN_ESC = "\u241b"  # ␛
+POLL = 0.1  # Textual's wait, used when the parser's pending timeout cannot be read
 
 
 class PasteGuard:
@@ -66,6 +73,42 @@ def _partial_end(data: str) -> int:
     return 0
 
 
+class WakingEvent(threading.Event):
+    """The driver's exit event: setting it also wakes the input thread out of its wait."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._wake_fd: int | None = None
+
+    def attach(self, fd: int | None) -> None:
+        """Write a byte to `fd` on each set() from now on (None: stop; the fd may then close)."""
+        with self._lock:
+            self._wake_fd = fd
+
+    def set(self) -> None:
+        super().set()
+        with self._lock:
+            if self._wake_fd is not None:
+                try:
+                    os.write(self._wake_fd, b"\0")
+                except OSError:  # a full pipe already wakes the reader
+                    pass
+
+
+def input_timeout(parser: Any) -> float | None:
+    """How long the input thread may wait: until the parser's pending timeout (a lone Esc is
+    told from a key's escape sequence by time), else until input or exit (None); POLL when
+    this Textual does not say."""
+    try:
+        from textual._time import get_time
+
+        due = parser._timeout_time
+    except (ImportError, AttributeError):
+        return POLL
+    return None if due is None else max(0.0, due - get_time())
+
+
 def safe_paste_driver(base: Type[Driver]) -> Type[Driver]:
     """`base` with the paste guard in its input thread, when it is Textual's Linux driver."""
     try:
@@ -77,17 +120,29 @@ def safe_paste_driver(base: Type[Driver]) -> Type[Driver]:
         return base
 
     class SafePasteDriver(base):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.exit_event = WakingEvent()
+
         def run_input_thread(self) -> None:
             guard = PasteGuard()
             parser = XTermParser(self._debug)
             decode = codecs.getincrementaldecoder("utf-8")(errors="replace").decode
             selector = selectors.SelectSelector()  # as Textual: kqueue cannot watch a tty on macOS
             selector.register(self.fileno, selectors.EVENT_READ)
+            wake_read, wake_write = os.pipe()
+            selector.register(wake_read, selectors.EVENT_READ)
+            exit_event = self.exit_event
+            waking = isinstance(exit_event, WakingEvent)  # else nothing wakes it: look as Textual
+            if waking:
+                exit_event.attach(wake_write)
 
             def pump(final: bool) -> bool:
                 """Read what the terminal sent; False once it is gone (closed: end of input)."""
-                for _key, mask in selector.select(0.1):
-                    if mask & selectors.EVENT_READ:
+                for key, mask in selector.select(input_timeout(parser) if waking else POLL):
+                    if key.fd == wake_read:  # the app stops reading: the loop sees exit_event
+                        os.read(wake_read, 64)
+                    elif mask & selectors.EVENT_READ:
                         try:
                             data = os.read(self.fileno, 4096)
                         except OSError:
@@ -105,11 +160,15 @@ def safe_paste_driver(base: Type[Driver]) -> Type[Driver]:
             try:
                 # A closed terminal reads as ready with nothing in it: stop reading (the
                 # hang-up signal ends the app) instead of spinning a core until then.
-                while not self.exit_event.is_set() and pump(final=False):
+                while not exit_event.is_set() and pump(final=False):
                     pass
                 selector.unregister(self.fileno)
             finally:
+                if waking:
+                    exit_event.attach(None)
                 selector.close()
+                os.close(wake_read)
+                os.close(wake_write)
                 try:
                     for _event in parser.feed(""):
                         pass
