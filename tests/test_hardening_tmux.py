@@ -10,7 +10,9 @@ import shutil
 import signal
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 from test_tmux_e2e import Tmux
@@ -64,6 +66,20 @@ def _ready(s: str) -> bool:
     return "ctx " in s and "Ready" in s
 
 
+@contextmanager
+def _starter_chat(tmp_path: Path) -> Iterator[tuple[Tmux, Path]]:
+    """The chat on the starter model in a tmux pane, loaded; (tmux, the exit-code file)."""
+    pytest.importorskip("llama_cpp")
+    command, exit_file = _command(tmp_path, "--model starter --no-think")
+    tmux = Tmux()
+    try:
+        tmux("new-session", "-d", "-s", "e2e", "-x", "110", "-y", "34", command)
+        tmux.wait_for(_ready, 90, "the starter model to load")
+        yield tmux, exit_file
+    finally:
+        tmux.kill()
+
+
 def test_continue_with_escapes_in_the_saved_chat_shows_them_harmlessly(tmp_path):
     pytest.importorskip("llama_cpp")
     _saved_chat(f"BEFORE-MARK {EVIL} AFTER-MARK")
@@ -100,12 +116,7 @@ def test_history_show_prints_escapes_visibly(tmp_path):
 
 
 def test_a_paste_with_control_characters_keeps_its_order_and_saves_no_raw_escape(tmp_path):
-    pytest.importorskip("llama_cpp")
-    command, exit_file = _command(tmp_path, "--model starter --no-think")
-    tmux = Tmux()
-    try:
-        tmux("new-session", "-d", "-s", "e2e", "-x", "110", "-y", "34", command)
-        tmux.wait_for(_ready, 90, "the starter model to load")
+    with _starter_chat(tmp_path) as (tmux, exit_file):
         tmux("set-buffer", "-b", "evil", "abc \x1b[2J def ghi")
         tmux("paste-buffer", "-p", "-b", "evil", "-t", "e2e")  # bracketed, as a terminal pastes
         screen = tmux.wait_for(lambda s: "ghi" in s, 10, "the paste")
@@ -121,8 +132,6 @@ def test_a_paste_with_control_characters_keeps_its_order_and_saves_no_raw_escape
         chat = json.loads(saved[0].read_text())
         assert chat["messages"][0]["content"] == "abc ␛[2J def ghi"
         assert "\x1b" not in saved[0].read_text() and "\\u001b" not in saved[0].read_text()
-    finally:
-        tmux.kill()
 
 
 def test_continue_without_model_reopens_the_model_the_chat_was_held_with(tmp_path):
@@ -257,12 +266,7 @@ def _wakeups(pid: int) -> int:
 def test_an_idle_chat_sleeps_yet_a_lone_esc_and_ctrl_q_act_at_once(tmp_path):
     """Each wake-up takes a core from the model for a moment (and a laptop's battery): the
     terminal reader waits for input instead of looking ten times a second."""
-    pytest.importorskip("llama_cpp")
-    command, exit_file = _command(tmp_path, "--model starter --no-think")
-    tmux = Tmux()
-    try:
-        tmux("new-session", "-d", "-s", "e2e", "-x", "110", "-y", "34", command)
-        tmux.wait_for(_ready, 90, "the starter model to load")
+    with _starter_chat(tmp_path) as (tmux, exit_file):
         assert _wait_file(tmp_path / "pid", 10)
         pid = int((tmp_path / "pid").read_text())
         time.sleep(1.0)
@@ -278,5 +282,3 @@ def test_an_idle_chat_sleeps_yet_a_lone_esc_and_ctrl_q_act_at_once(tmp_path):
         tmux("send-keys", "-t", "e2e", "C-q")
         assert _wait_file(exit_file, 10), tmux.screen()
         assert exit_file.read_text().strip() == "0"
-    finally:
-        tmux.kill()
