@@ -132,14 +132,12 @@ def safe_paste_driver(base: Type[Driver]) -> Type[Driver]:
             selector.register(self.fileno, selectors.EVENT_READ)
             wake_read, wake_write = os.pipe()
             selector.register(wake_read, selectors.EVENT_READ)
-            exit_event = self.exit_event
-            waking = isinstance(exit_event, WakingEvent)  # else nothing wakes it: look as Textual
-            if waking:
-                exit_event.attach(wake_write)
+            exit_event: WakingEvent = self.exit_event
+            exit_event.attach(wake_write)
 
             def pump(final: bool) -> bool:
                 """Read what the terminal sent; False once it is gone (closed: end of input)."""
-                for key, mask in selector.select(input_timeout(parser) if waking else POLL):
+                for key, mask in selector.select(input_timeout(parser)):
                     if key.fd == wake_read:  # the app stops reading: the loop sees exit_event
                         os.read(wake_read, 64)
                     elif mask & selectors.EVENT_READ:
@@ -164,8 +162,7 @@ def safe_paste_driver(base: Type[Driver]) -> Type[Driver]:
                     pass
                 selector.unregister(self.fileno)
             finally:
-                if waking:
-                    exit_event.attach(None)
+                exit_event.attach(None)
                 selector.close()
                 os.close(wake_read)
                 os.close(wake_write)

@@ -27,6 +27,7 @@ class Tail(Widget):
     def __init__(self, *, classes: str | None = None) -> None:
         super().__init__(classes=classes)
         self.text = ""
+        self._blank = True  # the text is only whitespace: it takes no rows
         self._rows: list[Strip] = []  # the wrapped rows of `text`
         self._kept = 0  # rows of the complete lines (those before the last newline)
         self._kept_chars = 0  # text[:_kept_chars] is those lines, their last newline included
@@ -38,13 +39,14 @@ class Tail(Widget):
         if not self.size.width:
             return 0
         self._wrap()
-        return len(self._rows) if self.text.strip() else 0
+        return 0 if self._blank else len(self._rows)
 
     def set_text(self, text: str) -> int:
         """Show `text`; repaint the rows it changed. Returns `rows`."""
         old_rows, old_kept = len(self._rows), self._kept
         appended = text.startswith(self.text[: self._kept_chars])
         self.text = text
+        self._blank = not text.strip()
         if not appended:
             self._key = None
         elif self._key is not None and self._current_key() == self._key:
@@ -91,6 +93,6 @@ class Tail(Widget):
 
     def render_line(self, y: int) -> Strip:
         self._wrap()
-        if y < len(self._rows) and self.text.strip():
+        if y < len(self._rows) and not self._blank:
             return self._rows[y]
         return Strip.blank(self.size.width, self.visual_style.rich_style)
