@@ -82,6 +82,22 @@ def test_an_integer_of_ordinary_length_still_works(server):
     assert status == 200, payload[:300]
 
 
+def test_another_loopback_address_answers_at_the_url_it_prints(tmp_path):
+    srv = ServerProcess(["--model", "starter", "--ctx", "512", "--host", "127.0.0.2"], tmp_path)
+    try:
+        url = srv.wait_listening()
+        assert url.startswith("http://127.0.0.2:")
+        status, body = srv.get("/v1/models")
+        assert status == 200, body
+        assert body["data"][0]["id"] == "SmolLM2-135M-Instruct"
+        # Foreign names (DNS rebinding) and other loopback addresses than its own stay refused.
+        for host in ("evil.example", "127.0.0.3"):
+            status, body = srv.get("/v1/models", headers={"Host": f"{host}:{url.rsplit(':', 1)[1]}"})
+            assert status == 403 and body["error"]["code"] == "host_not_allowed", (host, body)
+    finally:
+        srv.stop()
+
+
 def _read_until(sock: socket.socket, marker: bytes, timeout: float) -> bytes:
     sock.settimeout(timeout)
     data = b""
