@@ -90,7 +90,12 @@ def save(cache_dir: Path, record: SpeedRecord, *, keep: int = 50) -> None:
     records = [r for r in load(cache_dir)
                if (r.model, r.placement, r.machine) != (record.model, record.placement, record.machine)]
     records.append(record if record.at else SpeedRecord(**{**asdict(record), "at": time.time()}))
-    cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = path_in(cache_dir).with_suffix(".tmp")
-    tmp.write_text(json.dumps({"records": [asdict(r) for r in records[-keep:]]}, indent=1))
-    tmp.replace(path_in(cache_dir))
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps({"records": [asdict(r) for r in records[-keep:]]}, indent=1))
+        tmp.replace(path_in(cache_dir))
+    except OSError as exc:
+        if exc.filename is None:  # a write or close that failed (a full disk): say where
+            raise OSError(exc.errno, exc.strerror, str(tmp)) from exc
+        raise

@@ -147,8 +147,28 @@ def format_profile(hw: HardwareProfile) -> str:
     return "\n".join(lines)
 
 
-def nothing_fits(rec: Recommendation) -> NothingFits:
-    """The one error every command gives when no build fits (the figures, and what to try)."""
+def short_of_disk(rec: Recommendation) -> Candidate | None:
+    """The smallest eligible build that fits in memory but not on the disk (None when memory,
+    not the disk, is what stops every build)."""
+    held = [c for c in rec.candidates
+            if c.eligible and c.plan is not None and not c.fits and not c.downloaded]
+    return min(held, key=lambda c: c.build.size_bytes, default=None)
+
+
+def nothing_fits(rec: Recommendation, hint: str | None = None) -> NothingFits:
+    """The one error every command gives when no build fits (the figures, and what to try):
+    disk advice when the disk is what is short, memory advice otherwise (or `hint`)."""
+    disk = short_of_disk(rec)
+    if disk is not None:
+        from pocketchat.paths import settings
+
+        where = settings().hf_cache_dir
+        return NothingFits(
+            f"not enough free disk to download a build that fits this machine's memory: the "
+            f"smallest, {disk.build.id}, {disk.reason}",
+            hint=f"Free disk space where models are stored ({where}), or set HF_HUB_CACHE to a "
+                 "folder on a larger disk; or use --model starter to chat with the small embedded "
+                 "model.")
     return NothingFits(nothing_fits_summary(rec),
-                       hint="Close other programs, try a smaller --ctx, or use --model starter "
-                            "to chat with the small embedded model.")
+                       hint=hint or "Close other programs, try a smaller --ctx, or use --model "
+                                    "starter to chat with the small embedded model.")
