@@ -204,6 +204,7 @@ class Session:
 
 def run(args: argparse.Namespace) -> int:
     from pocketchat.ui.app import create_app
+    from pocketchat.ui.terminal import drawing_on_the_terminal
 
     sel = Selection.from_args(args)
     if oneshot.wanted(args):
@@ -232,7 +233,8 @@ def run(args: argparse.Namespace) -> int:
         ui_nice=max(0, getattr(args, "ui_nice", 0) or 0),
         about=lambda: session.about,
     )
-    code = app.run()
+    with drawing_on_the_terminal():  # `pocketchat 2> err.log`: the screen, not the log
+        code = app.run()
     reminder = unsaved_reminder(app)
     if reminder:
         print(reminder, file=sys.stderr)
