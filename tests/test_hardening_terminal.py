@@ -61,3 +61,26 @@ def test_without_a_controlling_terminal_the_chat_refuses_in_one_line(tmp_path):
     assert done.returncode == 1, text
     assert text.startswith("error: the chat draws on the terminal, and this process has none"), text
     assert "\x1b[" not in text and "Traceback" not in text
+
+
+def test_ctrl_c_in_a_real_terminal_stops_the_answer_then_quits(tmp_path):
+    pytest.importorskip("llama_cpp")
+    command, exit_file = _command(tmp_path, "--model starter --no-think --bench-tokens 3000")
+    tmux = Tmux()
+    try:
+        tmux("new-session", "-d", "-s", "e2e", "-x", "110", "-y", "34", command)
+        tmux.wait_for(_ready, 90, "the starter model to load")
+        tmux("send-keys", "-t", "e2e", "-l", "Tell a long story.")
+        tmux("send-keys", "-t", "e2e", "Enter")
+        tmux.wait_for(lambda s: "Answering" in s, 60, "the answer under way")
+        tmux("send-keys", "-t", "e2e", "C-c")
+        tmux.wait_for(lambda s: "Stopped" in s and "interrupted" in s, 30, "the answer to stop")
+        assert not exit_file.exists()  # the chat is still open
+        tmux("send-keys", "-t", "e2e", "C-c")
+        assert _wait_file(exit_file, 30), tmux.screen()
+        deadline = time.monotonic() + 10
+        while not exit_file.read_text().strip() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert exit_file.read_text().strip() == "0"
+    finally:
+        tmux.kill()

@@ -128,8 +128,15 @@ def describe_setup(sel: Selection, choice: ModelChoice | None) -> str:
         from pocketchat.select.report import format_profile, format_recommendation
 
         rec = choice.recommendation if choice else None
+        chosen = ""
+        if rec is None and not sel.rpc:  # chosen with --model (or the starter offline): still
+            from pocketchat.commands.common import recommend  # say what this machine would get
+
+            rec = recommend(sel)
+            chosen = (f"\n\nThis chat runs {choice.name if choice else 'the model'}, chosen with "
+                      "--model (or offered offline); the table is what fits this machine.")
         if rec is not None:
-            body = format_profile(rec.hardware) + "\n\n" + format_recommendation(rec)
+            body = format_profile(rec.hardware) + "\n\n" + format_recommendation(rec) + chosen
         else:
             body = format_profile(sel.profile())
             body += "\n\nThe model was chosen with --model; `pocketchat --recommend` shows the builds that fit."

@@ -119,12 +119,19 @@ def _count(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
+PROFILE_WIDTH = 78  # the CPU flags wrap to stay within this many columns (a dialog, a narrow terminal)
+
+
 def format_profile(hw: HardwareProfile) -> str:
+    indent = " " * len("CPU:       ")
+    flags = textwrap.wrap("flags: " + " ".join(hw.cpu_flags), PROFILE_WIDTH, initial_indent=indent,
+                          subsequent_indent=indent + "       ", break_long_words=False,
+                          break_on_hyphens=False) if hw.cpu_flags else []
     lines = [
         f"OS:        {hw.os} {hw.arch}",
         f"CPU:       {hw.cpu_name} ({_count(hw.cpu_physical_cores, 'core')}, "
-        f"{_count(hw.cpu_logical_cores, 'thread')})"
-        + (f"; {' '.join(hw.cpu_flags)}" if hw.cpu_flags else ""),
+        f"{_count(hw.cpu_logical_cores, 'thread')})",
+        *flags,
         f"RAM:       {fmt_gb(hw.ram_total_bytes)} total, {fmt_gb(hw.ram_available_bytes)} available",
         "Bandwidth: " + (f"{hw.memory_bandwidth_gbps:.1f} GB/s (measured copy)"
                          if hw.memory_bandwidth_gbps else "not measured"),
