@@ -28,6 +28,8 @@ CASES = [
     ("linux-nvidia-cpu-only-llama", "en", "POCKET-35B-Q4_K_M", "cpu"),
     ("laptop-8gb", "en", "POCKET-EN-iPhone-mix", "cpu"),
     ("laptop-8gb", "ko", "POCKET-KR-IQ2_M", "cpu"),
+    # 7.3 GB available: the phone build fits only with fewer checkpoints (test_plan_budget.py)
+    ("laptop-8gb-7gb-free", "en", "POCKET-EN-iPhone-mix", "cpu"),
     ("linux-16gb", "ko", "POCKET-KR-160-Q2_K", "cpu"),
     ("linux-20gb", "ko", "POCKET-35B-Q2_K", "cpu"),
     ("linux-32gb-disk-nearly-full", "en", "POCKET-35B-IQ1_M", "cpu"),

@@ -129,10 +129,10 @@ def choose_model(sel: Selection, *, confirm=None, progress=None) -> ModelChoice:
     spec = sel.model
     profile = sel.profile()
     if spec == STARTER:
-        from pocketchat.store.starter import STARTER_NAME, STARTER_SAMPLING, starter_path
+        from pocketchat.store.starter import STARTER_NAME, starter_path
 
         path = starter_path()
-        plan = _file_plan(sel, profile, path, STARTER_NAME, sampling=STARTER_SAMPLING)
+        plan = _file_plan(sel, profile, path, STARTER_NAME, starter=True)
         return ModelChoice(name=f"{STARTER_NAME} (starter)", path=path, plan=plan)
     if spec and _is_local(spec):
         path = Path(spec).expanduser().resolve()

@@ -61,13 +61,12 @@ def report(name: str, facts, where: str, sel: Selection) -> dict:
 
     profile = sel.profile()
     rows = memory_table(facts, profile, name)
-    build = build_from_facts(facts, name)
-    plan = None
+    plan, gave_up = None, ()
     try:
         check_fits(facts, profile, name)
-        ctx, best = fit.choose_ctx(build, profile, sel.backend, sel.ctx, facts.context_length)
-        if best is not None:
-            plan = fit.make_plan(build, best, ctx, profile, threads=sel.threads)
+        cand = fit.judge(build_from_facts(facts, name), profile, n_ctx=sel.ctx, backend=sel.backend,
+                         threads=sel.threads, downloaded=True, forced=True)
+        plan, gave_up = cand.plan, cand.gave_up
         verdict = (f"fits: {plan.describe()}; context {plan.n_ctx}" if plan
                    else f"does not fit at --ctx {sel.ctx}")
     except ModelTooLarge as exc:
@@ -80,7 +79,7 @@ def report(name: str, facts, where: str, sel: Selection) -> dict:
         "memory": [{"n_ctx": r.n_ctx, **asdict(r.need), "total": r.need.total,
                     "placement": r.placement.placement if r.placement else None,
                     "n_cpu_moe": r.placement.n_cpu_moe if r.placement else None} for r in rows],
-        "plan": asdict(plan) if plan else None, "verdict": verdict,
+        "plan": asdict(plan) if plan else None, "verdict": verdict, "gave_up": list(gave_up),
     }
 
 
@@ -120,6 +119,8 @@ def format_report(d: dict) -> str:
              fmt_gb(r["checkpoints"]), fmt_gb(r["compute"]), fmt_gb(r["overhead"]), fmt_gb(r["total"]), place),
             (7, 10, 10, 10, 10, 10, 10, 10, 22))))
     lines += ["", f"  on this machine: {d['verdict']}"]
+    if d["gave_up"]:
+        lines.append(f"  gave up to fit: {', '.join(d['gave_up'])}")
     return "\n".join(lines)
 
 

@@ -69,8 +69,11 @@ def choose_pooled(sel: Selection, *, local: bool, confirm=None, progress=None) -
             path = store.ensure(resolved, offline=offline, confirm=confirm, progress=progress)
             return _file_choice(sel, profile, helpers, path, path.name)
     if build is not None:
-        cand = pool.judge_pooled(build, profile, helpers, lang=sel.lang, n_ctx=sel.ctx,
-                                 threads=sel.threads, forced=True)
+        from pocketchat.select import fit
+        from pocketchat.select.budget import Budget
+
+        cand = fit.judge(build, Budget(profile, helpers), lang=sel.lang, n_ctx=sel.ctx,
+                         threads=sel.threads, forced=True)
         if not cand.fits or cand.plan is None:
             raise ModelTooLarge(f"{build.id} does not fit this machine and the helpers: {cand.reason}",
                                 hint="Run `pocketchat --recommend --rpc ...` to see what the pool runs.")
@@ -87,22 +90,19 @@ def choose_pooled(sel: Selection, *, local: bool, confirm=None, progress=None) -
 
 def _file_choice(sel: Selection, profile: HardwareProfile, helpers: tuple[Helper, ...],
                  path: Path, name: str) -> Pooled:
-    """A GGUF file split in proportion to each machine's memory (the pool's budget plans the context)."""
+    """A GGUF file split in proportion to each machine's memory, planned like a catalog build."""
+    from pocketchat.modelfile.facts import facts_of
     from pocketchat.modelfile.gguf import check_gguf
-    from pocketchat.select import fit, pool
-    from pocketchat.store.starter import STARTER_SAMPLING
+    from pocketchat.select import fit
+    from pocketchat.select.budget import Budget
 
     info = check_gguf(path)
     if not info.block_count:
         raise EngineError(f"{path.name} does not say how many layers it has; it cannot be split",
                           hint="Leave --rpc out to run it on this machine alone.")
-    extra = sum(pool.budget(h) for h in helpers)
-    pooled = replace(profile, ram_available_bytes=profile.ram_available_bytes + extra)
-    starter = name.endswith("(starter)")
-    plan = fit.plan_for_file(pooled, path.stat().st_size, n_ctx=sel.ctx, name=name,
-                             max_ctx=info.context_length, threads=sel.threads,
-                             sampling=STARTER_SAMPLING if starter else None)
-    plan, _ = pool.plan_file_pooled(plan, path.stat().st_size, profile, helpers, n_layers=info.block_count)
+    plan = fit.plan_for_file(Budget(profile, helpers), path.stat().st_size, n_ctx=sel.ctx, name=name,
+                             max_ctx=info.context_length, threads=sel.threads, facts=facts_of(info),
+                             starter=name.endswith("(starter)"))
     return name, path, plan, None
 
 
@@ -113,7 +113,7 @@ def alone_plan(sel: Selection, choice) -> LoadPlan:
     plan = choice.plan
     try:
         alone = fit.plan_for_file(sel.profile(), choice.path.stat().st_size, n_ctx=plan.n_ctx,
-                                  threads=sel.threads, name=choice.name, sampling=plan.sampling)
+                                  threads=sel.threads, name=choice.name)
     except ModelTooLarge as exc:
         raise EngineError(
             f"the helper is gone and {choice.name} does not fit this machine alone: {exc.message}",
