@@ -140,3 +140,20 @@ def test_the_engine_keeps_as_many_checkpoints_as_the_plan_says(tiny_qwen35, kept
         assert len(eng.cache.checkpoints) == kept
     finally:
         eng.close()
+
+
+def test_inspect_says_what_the_plan_gave_up_on_a_tight_machine(tiny_qwen35, tmp_path, capsys):
+    """A machine with just too little RAM for the model at 8192 with every checkpoint kept."""
+    from pocketchat.modelfile.facts import facts_of
+    from pocketchat.modelfile.gguf import check_gguf
+
+    facts = facts_of(check_gguf(tiny_qwen35))
+    top = est.memory_need(est.build_from_facts(facts, "tiny"), DEFAULT_CTX).total
+    data = json.loads(LAPTOP.read_text()) | {"ram_total_bytes": 2 * GiB, "ram_available_bytes": GiB + top - 1}
+    hw = tmp_path / "tight.json"
+    hw.write_text(json.dumps(data))
+    assert cli.main(["inspect", str(tiny_qwen35), "--hardware", str(hw)]) == 0
+    out = capsys.readouterr().out
+    assert "on this machine: fits: CPU" in out
+    gave = next(line for line in out.splitlines() if "gave up to fit:" in line)
+    assert "(not 8192)" in gave or "(not 4)" in gave
