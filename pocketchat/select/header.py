@@ -14,16 +14,18 @@ from pocketchat.errors import ModelTooLarge
 from pocketchat.modelfile.facts import ModelFacts
 from pocketchat.select import estimate as est
 from pocketchat.select import fit
+from pocketchat.select.budget import Budget
 from pocketchat.select.estimate import MemoryNeed, build_from_facts, fmt_gb
 from pocketchat.types import HardwareProfile
 
 TABLE_CTX = (2048, 8192, 32768, 131072)
 
 
-def check_fits(facts: ModelFacts, profile: HardwareProfile, name: str,
+def check_fits(facts: ModelFacts, profile: Budget | HardwareProfile, name: str,
                backend: str = "llama.cpp") -> fit.Fit:
-    """The placement the planner would choose (any step of its ladder, down to the smallest
-    context with every optional byte given up); ModelTooLarge when none fits."""
+    """The placement the planner would choose on this machine (or it and the helpers: a
+    `Budget`), at any step of its ladder down to the smallest context with every optional byte
+    given up; ModelTooLarge when none fits."""
     build = build_from_facts(facts, name)
     c = fit.choose(build, profile, backend)
     if c.fit is not None:
