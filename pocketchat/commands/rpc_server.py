@@ -77,8 +77,8 @@ def run(args: argparse.Namespace) -> int:
     endpoint = f"{args.host}:{args.port}"
     print(f"pocketchat rpc-server on {endpoint} ({threads} threads"
           + (f", cache {cache_dir}" if cache_dir else "") + ")")
-    for _, name, desc, free, total in devices:
-        print(f"  {name}: {desc}, {fmt_gb(total)} ({fmt_gb(free)} free)")
+    for d in devices:
+        print(f"  {d.name}: {d.description}, {fmt_gb(d.total_bytes)} ({fmt_gb(d.free_bytes)} free)")
     print(f"On the main machine: pocketchat --rpc {endpoint if args.host != '0.0.0.0' else 'THIS-HOST:' + str(args.port)}")
     print("Ctrl-C stops it.", flush=True)
     done = threading.Event()

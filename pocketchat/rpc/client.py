@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 from pocketchat.errors import HelperUnreachable
 from pocketchat.rpc.endpoints import split_endpoint
-from pocketchat.rpc.ggml import ggml, require_rpc
+from pocketchat.rpc.ggml import binding, require_rpc, rpc_function
 from pocketchat.rpc.wire import probe_helper, reachable
 from pocketchat.types import Helper
 
@@ -35,12 +35,11 @@ def probe_helpers(endpoints: Sequence[str], *, timeout: float = 3.0) -> tuple[He
 
 def rpc_devices(endpoints: Sequence[str]) -> list[int]:
     """The ggml devices of every helper (each checked first: llama.cpp aborts on a dead one)."""
-    lib = ggml()
+    add_server = rpc_function("ggml_backend_rpc_add_server", ctypes.c_void_p, ctypes.c_char_p)
     # ggml-rpc aborts the process when a helper goes away; by default ggml's abort first attaches
     # gdb for a backtrace, which takes seconds (measured ~6 s here). The parent explains the
     # abort instead, at once.
     os.environ.setdefault("GGML_NO_BACKTRACE", "1")
-    add_server = lib.rpc_proc("ggml_backend_rpc_add_server", ctypes.c_void_p, ctypes.c_char_p)
     devices: list[int] = []
     for ep in endpoints:
         why = reachable(ep, timeout=3.0)
@@ -49,8 +48,7 @@ def rpc_devices(endpoints: Sequence[str]) -> list[int]:
         reg = add_server(ep.encode())
         if not reg:
             raise HelperUnreachable(f"the helper at {ep} offers no device", endpoint=ep)
-        for i in range(lib.base.ggml_backend_reg_dev_count(reg)):
-            devices.append(lib.base.ggml_backend_reg_dev_get(reg, i))
+        devices.extend(binding().backend_devices(reg))
     return devices
 
 

@@ -142,7 +142,7 @@ def load_llama(plan: LoadPlan, path: Path, info: GGUFInfo, *,
     # llama.cpp's AMX weight buffers crash in ggml_backend_amx_mul_mat on some Sapphire Rapids
     # class machines (ggml-org/llama.cpp#20824, unfixed); this machine is one. Where AMX is
     # offered, load without the extra weight buffer types: slower prompts, no segfault.
-    extra_bufts = "AMX" not in moe.cpu_extra_buffer_types(llama_cpp)
+    extra_bufts = "AMX" not in moe.cpu_extra_buffer_types()
     pool = _rpc_devices(plan)  # helpers' devices (rpc/client.py), kept alive with the model
 
     def setup(params: Any) -> None:
