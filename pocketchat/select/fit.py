@@ -230,7 +230,7 @@ def judge(build: Build, profile: HardwareProfile, *, lang: str = "en", n_ctx: in
     )
     label = "estimate"
     if speed is not None and speeds is not None:
-        speed, label = speeds.speed(build.id, fit.placement, speed)
+        speed, label = speeds.speed(build, fit.placement, speed)
     fits = fit is not None and not disk_short
     if fit is None:
         if not options:
