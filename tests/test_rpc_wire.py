@@ -64,10 +64,15 @@ class _Hello(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class _QuietServer(http.server.ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # a client that hangs up after the answer; its traceback would land in the test's stderr
+
+
 @contextlib.contextmanager
 def http_server():
     """A plain HTTP server on 127.0.0.1 (Python's own): it waits for a request line."""
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
+    srv = _QuietServer(("127.0.0.1", 0), _Hello)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
         yield f"127.0.0.1:{srv.server_address[1]}"
