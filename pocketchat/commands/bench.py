@@ -50,6 +50,20 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="thinking in the --turns conversation (default on)")
     p.add_argument("--in-process", action="store_true", help="run the engine in this process, not a worker")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--forget", action="store_true",
+                   help="forget the speeds measured on this machine (of --model only, when given) "
+                        "that --recommend uses, and exit")
+
+
+def _forget(model: str | None) -> int:
+    from pocketchat.paths import settings
+    from pocketchat.select import measured
+
+    gone = measured.forget(settings().cache_dir, model)
+    what = f" of {model}" if model else ""
+    print(visible(f"Forgot {gone} measured speed{'' if gone == 1 else 's'}{what}; --recommend "
+                  "uses estimates for them again."))
+    return 0
 
 
 def _words(rng: random.Random, n: int) -> str:
@@ -96,6 +110,8 @@ def run(args: argparse.Namespace) -> int:
     from pocketchat.commands.selection import Selection
     from pocketchat.errors import UsageError
 
+    if args.forget:
+        return _forget(args.model)
     sel = Selection.from_args(args)
     if args.n_prompt < 1 or args.n_gen < 1 or args.repetitions < 1:
         raise UsageError("--n-prompt, --n-gen and --repetitions must be at least 1")
@@ -198,9 +214,11 @@ def record_speed(choice, sel, tok_s: float) -> None:
     estimate = est.decode_tok_s(build, plan.placement, cpu_bandwidth_gbps=profile.memory_bandwidth_gbps,
                                 threads=plan.n_threads, gpu=fit.main_gpu(profile),
                                 n_cpu_moe=plan.n_cpu_moe or None)
+    arch, read_bytes = measured.kind_of(build)
     measured.save(settings().cache_dir, measured.SpeedRecord(
         model=build.id, placement=plan.placement, measured_tok_s=round(tok_s, 2),
-        estimated_tok_s=round(estimate, 2), machine=measured.machine_key(profile), n_threads=plan.n_threads))
+        estimated_tok_s=round(estimate, 2), machine=measured.machine_key(profile),
+        n_threads=plan.n_threads, arch=arch, read_bytes=read_bytes))
 
 
 def _table(name: str, size: int | None, runs) -> str:

@@ -3,7 +3,7 @@
 The helpers are asked over RPC for their memory (and the link is timed) once per command;
 `commands/common.choose_model` chooses with their memory in the budget (the planner, select/fit.py,
 splits the layers; select/pool.py says whether pooling pays); the plan carries the helpers'
-endpoints and their layers to the engine (engines/rpc.py, engines/llamacpp/load.py).
+endpoints and their layers to the engine (rpc/client.py, engines/pooled.py, engines/llamacpp/load.py).
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from pocketchat.types import Helper, HardwareProfile, LoadPlan
 
 def helpers_for(sel: Selection) -> tuple[Helper, ...]:
     """Check this llama.cpp has the RPC backend, then ask every --rpc helper for its memory."""
-    from pocketchat.engines import rpc
+    from pocketchat.rpc.client import probe_helpers
+    from pocketchat.rpc.ggml import require_rpc
 
-    rpc.require_rpc()
-    return rpc.probe_helpers(sel.rpc)
+    require_rpc()
+    return probe_helpers(sel.rpc)
 
 
 def advice(sel: Selection, profile: HardwareProfile, helpers: tuple[Helper, ...]):

@@ -228,6 +228,11 @@ def cpu_gbps(bandwidth_gbps: float | None, threads: int) -> float:
     return min(measured * CPU_EFFICIENCY, max(threads, 1) * CPU_GBPS_PER_CORE)
 
 
+def read_per_token(build: Build) -> float:
+    """Bytes of weights one generated token reads: the header's active bytes, else the catalog's."""
+    return build.facts.active_bytes if build.facts is not None else bytes_per_token(build)
+
+
 def decode_tok_s(
     build: Build,
     placement: str,
@@ -243,7 +248,7 @@ def decode_tok_s(
     read from RAM by the CPU, everything else from VRAM.
     """
     facts = build.facts
-    per_token = facts.active_bytes if facts is not None else bytes_per_token(build)
+    per_token = read_per_token(build)
     cpu_rate = cpu_gbps(cpu_bandwidth_gbps, threads) * 1e9
     if placement == "cpu" or gpu is None:
         return cpu_rate / per_token

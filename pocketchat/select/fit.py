@@ -158,7 +158,7 @@ def _speed(build: Build, budget: Budget, fit: Fit, threads: int,
                                 threads=threads, link=budget.link), "estimate"
     speed = est.decode_tok_s(build, fit.placement, cpu_bandwidth_gbps=profile.memory_bandwidth_gbps,
                              threads=threads, gpu=main_gpu(profile), n_cpu_moe=fit.n_cpu_moe or None)
-    return speeds.speed(build.id, fit.placement, speed) if speeds is not None else (speed, "estimate")
+    return speeds.speed(build, fit.placement, speed) if speeds is not None else (speed, "estimate")
 
 
 def judge(build: Build, budget: Budget | HardwareProfile, *, lang: str = "en", n_ctx: int | None = None,
