@@ -209,7 +209,7 @@ def record_speed(choice, sel, tok_s: float) -> None:
         facts = gguf_facts(choice.path)
         if facts is None:
             return
-        build = est.build_from_facts(facts, choice.name)
+        build = est.build_from_facts(facts, choice.label)  # recorded as shown
     profile = sel.profile()
     estimate = est.decode_tok_s(build, plan.placement, cpu_bandwidth_gbps=profile.memory_bandwidth_gbps,
                                 threads=plan.n_threads, gpu=fit.main_gpu(profile),
