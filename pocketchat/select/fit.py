@@ -227,14 +227,27 @@ def _gave_up_note(lost: tuple[str, ...]) -> str | None:
 def rank(budget: Budget | HardwareProfile, cands: Iterable[Candidate], lang: str) -> Recommendation:
     """The best candidate that fits and is offered, each with its reason, best first.
 
-    Quality for the language first, then speed; a build that fits only by trading optional
-    memory (checkpoints, batch size) ranks after every build that fits without."""
+    A build already on disk comes first (a moment of less free RAM must not turn into a
+    multi-GB download; the reason names the better build to download); then quality for the
+    language, then speed; a build that fits only by trading optional memory (context,
+    checkpoints, batch size) ranks after every build that fits without."""
     budget = Budget.of(budget)
     cands = list(cands)
     usable = [c for c in cands if c.fits and c.eligible]
-    best = max(usable, key=lambda c: (not c.traded, c.score, c.estimated_decode_tok_s or 0.0), default=None)
+    order = lambda c: (not c.traded, c.score, c.estimated_decode_tok_s or 0.0)  # noqa: E731
+    best = max(usable, key=lambda c: (c.downloaded, *order(c)), default=None)
     if best is not None:
         best = replace(best, reason=_why_best(best, usable))
+        better = max(usable, key=order)
+        if better is not best and best.downloaded and not better.downloaded:
+            best = replace(best, reason=f"{best.reason}; already downloaded. {better.build.id} "
+                           f"would be better here ({fmt_gb(better.build.size_bytes)} to download: "
+                           f"`pocketchat download {better.build.id}`)")
+        on_disk = [c for c in cands if c.downloaded and c.eligible and not c.fits]
+        if not best.downloaded and on_disk:
+            names = ", ".join(c.build.id for c in on_disk)
+            best = replace(best, reason=f"{best.reason}. On disk, {names} does not fit the memory "
+                           "free now: close other programs to run it without a download")
         cands = [best if c.build.id == best.build.id else c for c in cands]
     ordered = sorted(cands, key=lambda c: (not c.eligible, not c.fits, c.traded, -c.score))
     return Recommendation(hardware=budget.machine, recommended=best, candidates=tuple(ordered), lang=lang,
