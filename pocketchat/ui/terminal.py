@@ -25,9 +25,9 @@ def _is_terminal(fd: int) -> bool:
 
 @contextlib.contextmanager
 def drawing_on_the_terminal() -> Iterator[None]:
-    """Inside the block, descriptor 2 is the terminal (when it was redirected); UsageError when
-    there is no controlling terminal to draw on."""
-    if sys.platform == "win32" or _is_terminal(2):
+    """Inside the block, descriptor 2 is the terminal when stderr alone was redirected (stdout
+    is a terminal); UsageError when there is no controlling terminal to draw on."""
+    if sys.platform == "win32" or _is_terminal(2) or not _is_terminal(1):
         yield
         return
     try:
