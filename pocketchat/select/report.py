@@ -109,17 +109,18 @@ def _without_gave_up(reason: str) -> str:
 
 
 def nothing_fits_summary(rec: Recommendation) -> str:
-    """How much is free and what the smallest eligible build needs."""
+    """How much is free and what the smallest build on offer needs; or, when no build is on
+    offer at all (a backend or language that rules every build out), why not."""
     hw = rec.hardware
-
-    eligible = [c for c in rec.candidates if c.eligible] or list(rec.candidates)
-    smallest = min(eligible, key=lambda c: c.estimated_memory_bytes, default=None)
     free = (f"{fmt_gb(cpu_budget(hw))} of RAM is free for a model "
             f"({fmt_gb(hw.ram_available_bytes)} available of {fmt_gb(hw.ram_total_bytes)})")
-    if smallest is None:
-        return free
-    return (f"{free}; the smallest build, {smallest.build.id}, needs "
-            f"{fmt_gb(smallest.estimated_memory_bytes)}: {smallest.reason}")
+    eligible = [c for c in rec.candidates if c.eligible]
+    if not eligible:
+        reasons = list(dict.fromkeys(c.why_not or c.reason for c in rec.candidates))
+        return ("no build can run with these settings: " + "; ".join(reasons[:2])
+                if reasons else free)
+    smallest = min(eligible, key=lambda c: c.estimated_memory_bytes)
+    return f"{free}; the smallest build, {smallest.build.id}: {smallest.reason}"
 
 
 def _count(n: int, word: str) -> str:
@@ -183,6 +184,9 @@ def nothing_fits(rec: Recommendation, hint: str | None = None) -> NothingFits:
             hint=f"Free disk space where models are stored ({where}), or set HF_HUB_CACHE to a "
                  "folder on a larger disk; or use --model starter to chat with the small embedded "
                  "model.")
+    if not any(c.eligible for c in rec.candidates):
+        hint = hint or ("Change the setting that rules the builds out (--backend, --lang), or "
+                        "name a build with --model.")
     return NothingFits(nothing_fits_summary(rec),
                        hint=hint or "Close other programs, try a smaller --ctx, or use --model "
                                     "starter to chat with the small embedded model.")
