@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -16,6 +17,7 @@ from typing import Iterator
 
 import pytest
 from test_tmux_e2e import Tmux
+from uitools import blank_rows_under_the_text
 
 from pocketchat.paths import settings
 
@@ -67,13 +69,14 @@ def _ready(s: str) -> bool:
 
 
 @contextmanager
-def _starter_chat(tmp_path: Path) -> Iterator[tuple[Tmux, Path]]:
+def _starter_chat(tmp_path: Path, extra: str = "", size: tuple[int, int] = (110, 34)
+                  ) -> Iterator[tuple[Tmux, Path]]:
     """The chat on the starter model in a tmux pane, loaded; (tmux, the exit-code file)."""
     pytest.importorskip("llama_cpp")
-    command, exit_file = _command(tmp_path, "--model starter --no-think")
+    command, exit_file = _command(tmp_path, f"--model starter --no-think {extra}")
     tmux = Tmux()
     try:
-        tmux("new-session", "-d", "-s", "e2e", "-x", "110", "-y", "34", command)
+        tmux("new-session", "-d", "-s", "e2e", "-x", str(size[0]), "-y", str(size[1]), command)
         tmux.wait_for(_ready, 90, "the starter model to load")
         yield tmux, exit_file
     finally:
@@ -282,3 +285,37 @@ def test_an_idle_chat_sleeps_yet_a_lone_esc_and_ctrl_q_act_at_once(tmp_path):
         tmux("send-keys", "-t", "e2e", "C-q")
         assert _wait_file(exit_file, 10), tmux.screen()
         assert exit_file.read_text().strip() == "0"
+
+
+def _answered_tokens(screen: str) -> int:
+    """The tokens the status bar says the answer in flight has (0 when none is in flight)."""
+    status = next((line for line in screen.splitlines() if line.startswith(" Answering ")), "")
+    match = re.search(r"(\d+) tokens", status)
+    return int(match.group(1)) if match else 0
+
+
+def test_the_line_being_written_sits_right_above_the_prompt_in_a_real_terminal(tmp_path):
+    """Read mid-answer once the answer is longer than the view (the question scrolled out of
+    it): the newest line is right above the prompt, no blank rows of the answer's room under it.
+    A short pane, so that a loaded machine's few tokens a second fill it soon."""
+    question = "Tell me about the sea and its storms."
+    with _starter_chat(tmp_path, "--bench-tokens 400", size=(70, 18)) as (tmux, exit_file):
+        tmux("send-keys", "-t", "e2e", "-l", question)
+        tmux("send-keys", "-t", "e2e", "Enter")
+        tmux.wait_for(lambda s: _answered_tokens(s) > 0, 120, "the answer to start")
+        samples: list[tuple[int, str]] = []
+        deadline = time.monotonic() + 400
+        while len(samples) < 8 and time.monotonic() < deadline:
+            screen = tmux.screen()  # each capture is a process taking CPU: a few a second
+            if not _answered_tokens(screen):
+                break  # the answer ended
+            if "the sea and its" not in screen:  # the answer is longer than the view
+                samples.append((blank_rows_under_the_text(screen), screen))
+            time.sleep(0.5)
+        assert len(samples) >= 3, f"{len(samples)} readings mid-answer:\n{tmux.screen()}"
+        worst = max(samples, key=lambda sample: sample[0])
+        assert worst[0] == 0, f"{[n for n, _ in samples]} blank rows; the worst screen:\n{worst[1]}"
+        tmux("send-keys", "-t", "e2e", "Escape")
+        tmux.wait_for(lambda s: "Stopped" in s or "Ready" in s, 60, "the answer to stop")
+        tmux("send-keys", "-t", "e2e", "C-q")
+        assert _wait_file(exit_file, 30), tmux.screen()

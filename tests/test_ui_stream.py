@@ -6,7 +6,7 @@ import asyncio
 import time
 
 from scripted_engine import Reply, tokens
-from uitools import SIZE, answered, make, ready, run, screen_text, send, wait_for
+from uitools import SIZE, answered, blank_rows_under_the_text, make, ready, run, screen_text, send, wait_for
 
 from pocketchat.ui.answer import BlockSplitter
 from pocketchat.ui.widgets import UserMessage
@@ -184,5 +184,42 @@ def test_the_model_starts_once_the_message_is_laid_out_on_screen():
                 await answered(pilot)
             assert "Again." in screen_text(app)
         assert laid_out == [True, True]
+
+    run(scenario())
+
+
+PROSE = "\n\n".join(" ".join(f"Sentence {i} of a long answer that wraps over the width of the chat."
+                              for i in range(first, first + 6)) for first in range(0, 300, 6))
+
+
+def test_the_line_being_written_sits_at_the_bottom_of_the_view_with_no_blank_rows_under_it():
+    """The answer's room below its text (blank rows, so that a new line is not a layout) stays
+    out of sight: mid-answer the newest line is right above the prompt, as at the answer's end."""
+    async def scenario():
+        held = len(tokens(PROSE)) // 2  # mid-sentence, in the middle of a long answer
+        app, engine, _ = make(Reply(PROSE, hold_after=held), delay=0.002)  # ~4 s to the middle
+        async with app.run_test(size=(100, 32)) as pilot:
+            await ready(pilot)
+            await send(pilot, "a long one")
+            samples: list[int] = []
+
+            def sample() -> bool:  # read the screen on every pause while the answer streams
+                screen = screen_text(app)
+                if "a long one" not in screen:  # the answer is longer than the view
+                    samples.append(blank_rows_under_the_text(screen))
+                return engine.held.is_set()
+
+            await wait_for(pilot, sample, timeout=30, what="the answer's middle")
+            last_words = "".join(tokens(PROSE)[:held]).split()[-3:]
+            await wait_for(pilot, lambda: " ".join(last_words) in screen_text(app), what="the held text")
+            await pilot.pause(0.3)  # a few ticks of the pump with nothing new
+            held_screen = screen_text(app)
+            assert blank_rows_under_the_text(held_screen) == 0, held_screen
+            assert len(samples) >= 3 and max(samples) == 0, samples
+
+            engine.release.set()
+            await answered(pilot, timeout=30)
+            end = screen_text(app)
+            assert "Sentence 299 " in end and blank_rows_under_the_text(end) == 0, end
 
     run(scenario())

@@ -63,5 +63,17 @@ def screen_text(app) -> str:
     return "\n".join(strip.text.rstrip() for strip in strips)
 
 
+SCROLLBAR = " ▁▂▃▄▅▆▇█▔"
+
+
+def blank_rows_under_the_text(screen: str) -> int:
+    """Rows of the chat log with no text between the last one with text and the prompt's box
+    (a row holding only the messages' left border or the scrollbar has no text)."""
+    lines = screen.splitlines()
+    prompt = next(i for i, line in enumerate(lines) if "╭" in line)
+    last = max(i for i, line in enumerate(lines[:prompt]) if line.strip(SCROLLBAR + "▌▐"))
+    return prompt - last - 1
+
+
 def run(coro) -> None:
     asyncio.run(coro)

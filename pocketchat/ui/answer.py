@@ -9,8 +9,8 @@ repainted in place.
 A layout of the screen costs the size of the whole chat (every widget in it is arranged
 again, more than once when widgets are mounted), so the answer rarely changes the layout: the
 tail is sized to its lines plus a few screenfuls of blank ones, which stay out of sight below
-the view (the chat scrolls to keep the line being written in view, see ui/follow.py; a
-scroll is a repaint, not a layout). The layout changes when the complete blocks settle into
+the view (the chat scrolls so the line being written is the view's last row, see
+ui/follow.py; a scroll is a repaint, not a layout). The layout changes when the complete blocks settle into
 Markdown (every `SETTLE_INTERVAL` seconds, and when a code block opens, so that code shows as
 code; a short answer settles only at its end) or when the tail outgrows its room. When the
 answer ends, the rest of the text is appended to the Markdown, which parses again from its

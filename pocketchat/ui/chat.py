@@ -100,7 +100,7 @@ class Chat(Vertical):
         self._status_at = 0.0
         self._shown_state = ""
         self._ending = False  # an ended answer's notices are being put on screen
-        self._follower: Follower | None = None  # keeps the answer's newest line in view
+        self._follower: Follower | None = None  # keeps the answer's newest line at the view's bottom
         self._mounting: list[AwaitMount] = []  # notices being mounted
         self._restored = threading.Event()  # no saved model state is being loaded
         self._restored.set()
@@ -240,7 +240,7 @@ class Chat(Vertical):
         follower = self._follower = Follower(self.chat_log)
         follower.release()  # the answer's room is blank lines: the log follows its text instead
         await self.chat_log.mount_all([UserMessage(text), view])
-        self.call_after_refresh(follower.follow, view)  # the message in view, the room below it
+        self.call_after_refresh(follower.follow, view)  # the message in view, the room below the view
         self.call_after_refresh(shown.set)  # then the model starts (the mount's layout is done)
         self._answer = view
         self.status(figures_from_stats(None, "Waiting for the first token", self.memory,

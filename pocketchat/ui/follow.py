@@ -1,10 +1,13 @@
-"""Keeping the line being written in view while an answer streams, unless the user scrolled up.
+"""Keeping the line being written at the bottom of the chat's view while an answer streams,
+unless the user scrolled up.
 
 The answer keeps blank lines under its text (so that a new line is not a layout, see
 ui/answer.py), so the chat log is not anchored to its end while the answer streams: it
-follows the text instead. When the text reaches the bottom of the view, the log scrolls it up
-by a third of the view; a scroll repaints the whole view, so it happens every few lines, not
-on every update.
+follows the text instead, scrolled so that the text's last row is the view's last row and the
+blank lines stay below the view, as the chat looks once the answer ends. The log scrolls when
+the text gains a row (a new line, or a line that wraps) or a layout moved it: a scroll is a
+repaint of the view (Textual's scroll fast path, not a layout); a tick that only lengthens the
+last row does not scroll and repaints that row alone.
 """
 
 from __future__ import annotations
@@ -12,8 +15,6 @@ from __future__ import annotations
 from typing import Protocol
 
 from textual.widget import Widget
-
-FOLLOW_STEP = 3  # the log scrolls by a third of its height when the answer reaches its bottom
 
 
 class Written(Protocol):
@@ -38,21 +39,15 @@ class Follower:
             self.log.anchor(False)
 
     def follow(self, view: Written) -> None:
-        """Scroll so the line being written shows, at most a step of blank lines under it."""
+        """Scroll so the text's last row is the view's last row (the chat's top when the chat
+        is shorter than the view): no blank line of the answer's room shows under it."""
         log = self.log
         if not self.following:
             return  # the user reads back: stay there (scrolling back down follows again)
         bottom = view.text_bottom()
         if bottom is None:
             return
-        region = log.scrollable_content_region
-        step = max(1, region.height // FOLLOW_STEP)
-        if bottom > region.bottom:  # a new line below the view: scroll by a step
-            delta = bottom - region.bottom + step - 1
-        elif bottom < region.bottom - step:  # more than a step of blank lines showing
-            delta = bottom - region.bottom
-        else:
-            delta = 0
+        delta = bottom - log.scrollable_content_region.bottom
         target = max(0, min(log.scroll_y + delta, log.max_scroll_y))
         if target != log.scroll_y:
             log.scroll_to(y=target, animate=False, immediate=True)
