@@ -114,9 +114,21 @@ def _bad_cases(model_id: str) -> list[tuple[str, bytes, dict, int, str | None]]:
         ("max_tokens zero", json.dumps({**ok, "max_tokens": 0}).encode(), j, 400, "invalid_value"),
         ("unknown role", json.dumps({"messages": [{"role": "wizard", "content": "x"}]}).encode(), j, 400,
          "invalid_value"),
-        ("n=2 would mislead", json.dumps({**ok, "n": 2}).encode(), j, 400, "unsupported_parameter"),
-        ("tools would mislead", json.dumps({**ok, "tools": [{"type": "function"}]}).encode(), j, 400,
+        ("logit_bias would mislead", json.dumps({**ok, "logit_bias": {"50256": -100}}).encode(), j, 400,
          "unsupported_parameter"),
+        ("n over the limit", json.dumps({**ok, "n": 17}).encode(), j, 400, "invalid_value"),
+        ("a tool without its function", json.dumps({**ok, "tools": [{"type": "function"}]}).encode(), j,
+         400, "invalid_type"),
+        ("tool_choice names no tool", json.dumps({**ok, "tools": [{"type": "function", "function": {
+            "name": "f"}}], "tool_choice": {"type": "function", "function": {"name": "g"}}}).encode(), j,
+         400, "invalid_value"),
+        ("top_logprobs over 20", json.dumps({**ok, "logprobs": True, "top_logprobs": 21}).encode(), j,
+         400, "invalid_value"),
+        ("unknown response_format", json.dumps({**ok, "response_format": {"type": "yaml"}}).encode(), j,
+         400, "invalid_value"),
+        ("assistant tool calls last", json.dumps({"messages": [*HI, {"role": "assistant", "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]}).encode(),
+         j, 400, "invalid_value"),
         ("image content", json.dumps({"messages": [{"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": "x"}}]}]}).encode(), j, 400, "unsupported_content"),
         ("unknown model", json.dumps({**ok, "model": "gpt-9"}).encode(), j, 404, "model_not_found"),
