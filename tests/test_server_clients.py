@@ -1,0 +1,116 @@
+"""The libraries apps are written with, unchanged, against the real server on 127.0.0.1 with the
+starter model: `instructor` (TOOLS and JSON modes), a `pydantic-ai` agent that calls a tool,
+and `langchain-openai`'s `bind_tools`. What they return is validated with `jsonschema` and by
+the libraries' own Pydantic models."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from serverproc import ServerProcess
+
+openai = pytest.importorskip("openai")
+jsonschema = pytest.importorskip("jsonschema")
+pydantic = pytest.importorskip("pydantic")
+
+pytestmark = pytest.mark.slow
+
+
+class City(pydantic.BaseModel):
+    name: str = pydantic.Field(max_length=40)
+    country: str = pydantic.Field(max_length=40)
+    population: int = pydantic.Field(ge=0)
+
+
+CITY_SCHEMA = City.model_json_schema()
+ASK_CITY = [{"role": "user", "content": "Describe Paris: its name, country and population."}]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = ServerProcess(["--model", "starter", "--ctx", "2048"], tmp_path_factory.mktemp("serve"))
+    try:
+        srv.wait_ready()
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def model(server) -> str:
+    return server.get("/v1/models")[1]["data"][0]["id"]
+
+
+def openai_client(server) -> "openai.OpenAI":
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+
+
+@pytest.mark.parametrize("mode", ["TOOLS", "JSON", "JSON_SCHEMA"])
+def test_instructor_returns_a_validated_object(server, model, mode):
+    instructor = pytest.importorskip("instructor")
+    client = instructor.from_openai(openai_client(server), mode=getattr(instructor.Mode, mode))
+    city = client.chat.completions.create(model=model, response_model=City, messages=ASK_CITY,
+                                          max_tokens=120, temperature=0, max_retries=2)
+    assert isinstance(city, City)
+    jsonschema.validate(city.model_dump(), CITY_SCHEMA)
+
+
+def test_pydantic_ai_agent_calls_a_tool(server, model):
+    pytest.importorskip("pydantic_ai")
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ToolCallPart, ToolReturnPart
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    calls: list[str] = []
+
+    def get_weather(city: str) -> str:
+        """The current weather in a city."""
+        calls.append(city)
+        return f"18 degrees and sunny in {city}"
+
+    llm = OpenAIChatModel(model, provider=OpenAIProvider(base_url=server.url + "/v1", api_key="unused"))
+    # The first step must call the tool (the starter is too small to decide to), the next answers.
+    agent = Agent(llm, tools=[get_weather], model_settings=lambda ctx: {
+        "tool_choice": ["get_weather"] if ctx.run_step <= 1 else "none", "max_tokens": 60,
+        "temperature": 0})
+    result = asyncio.run(agent.run("What is the weather in Paris?"))
+    assert len(calls) >= 1 and all(isinstance(c, str) and c for c in calls)
+    parts = [p for m in result.all_messages() for p in m.parts]
+    tool_calls = [p for p in parts if isinstance(p, ToolCallPart)]
+    assert tool_calls and tool_calls[0].tool_name == "get_weather"
+    jsonschema.validate(tool_calls[0].args_as_dict(), {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+    assert any(isinstance(p, ToolReturnPart) and "sunny" in str(p.content) for p in parts)
+    assert isinstance(result.output, str) and result.output.strip()
+
+
+def test_langchain_bind_tools(server, model):
+    pytest.importorskip("langchain_openai")
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+    from langchain_openai import ChatOpenAI
+
+    def get_weather(city: str, unit: str = "C") -> str:
+        """The current weather in a city.
+
+        Args:
+            city: the city's name
+            unit: C or F
+        """
+        return "sunny"
+
+    llm = ChatOpenAI(model=model, base_url=server.url + "/v1", api_key="unused", temperature=0,
+                     max_tokens=80, max_retries=0)
+    message = llm.bind_tools([get_weather], tool_choice="get_weather").invoke("Weather in Paris?")
+    assert message.tool_calls, message
+    call = message.tool_calls[0]
+    assert call["name"] == "get_weather" and call["id"].startswith("call_")
+    jsonschema.validate(call["args"], convert_to_openai_tool(get_weather)["function"]["parameters"])
+    streamed = None
+    for piece in llm.bind_tools([get_weather], tool_choice="any").stream("Weather in Lyon?"):
+        streamed = piece if streamed is None else streamed + piece
+    assert streamed.tool_calls and streamed.tool_calls[0]["name"] == "get_weather"
+    jsonschema.validate(streamed.tool_calls[0]["args"],
+                        convert_to_openai_tool(get_weather)["function"]["parameters"])
