@@ -71,7 +71,7 @@ def open_session(choice: "ModelChoice", *, in_process: bool = False,
     """Load the chosen model (in a worker process unless `in_process`); blocks until ready."""
     from pocketchat.engines import open_engine
 
-    engine = open_engine(choice.plan, choice.path, name=choice.name, in_process=in_process,
+    engine = open_engine(choice.plan, choice.path, name=choice.label, in_process=in_process,
                          chunk_interval=chunk_interval)
     return Session(engine, choice)
 
@@ -111,7 +111,8 @@ class Session:
 
     @property
     def name(self) -> str:
-        return self.choice.name if self.choice is not None else self.engine.info.model
+        """The model's name as the chat shows it."""
+        return self.choice.label if self.choice is not None else self.engine.info.model
 
     @property
     def plan(self) -> "LoadPlan | None":

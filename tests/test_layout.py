@@ -15,14 +15,16 @@ MAY_IMPORT = {
     "types": set(), "errors": set(), "paths": set(), "textsafe": set(),
     "conversations": {"types", "errors", "paths", "textsafe", "engines"},  # Message/Stats only
     "modelfile": BOTTOM,
-    "select": BOTTOM | {"modelfile", "select"},
+    "rpc": BOTTOM | {"rpc"},  # llama.cpp's RPC backend and the ggml binding: below engines
+    "select": BOTTOM | {"modelfile", "select", "rpc"},  # rpc: where llama.cpp's libraries are
     "store": BOTTOM | {"store", "select", "modelfile"},  # select: the catalog of build ids
-    "engines": BOTTOM | {"engines", "modelfile"},
+    "engines": BOTTOM | {"engines", "modelfile", "rpc"},
     "server": BOTTOM | {"server", "engines"},
     "ui": BOTTOM | {"ui", "engines", "select"},
     # api: the Python API; it takes the CLI's choice (the CHOICE modules of commands only)
-    "api": BOTTOM | {"engines", "server", "select", "store", "modelfile", "commands"},
-    "commands": BOTTOM | {"commands", "select", "modelfile", "store", "engines", "ui", "server", "api"},
+    "api": BOTTOM | {"engines", "server", "select", "store", "modelfile", "rpc", "commands"},
+    "commands": BOTTOM | {"commands", "select", "modelfile", "rpc", "store", "engines", "ui", "server",
+                          "api"},
     "cli": BOTTOM | {"commands"},
     "__main__": {"cli"},
     "__init__": {"api"},  # `pocketchat.load`, imported on first use
