@@ -52,7 +52,8 @@ class AnswerStream:
     def feed(self, text: str, logprob: TokenLogprob | None = None) -> Piece:
         was_thinking = self.splitter.in_thinking
         answer, thinking = self.splitter.feed(text)
-        if logprob is not None and not self.splitter.in_thinking and (not was_thinking or answer):
+        if (logprob is not None and text and not self.splitter.in_thinking
+                and (not was_thinking or answer)):  # a control token (end of turn) is no text
             self._waiting.append(logprob)
         return self._parse(answer, thinking)
 

@@ -372,7 +372,9 @@ class EngineBase:
         if grammar is None and opts.logprobs is None:
             return None
         control = TokenControl(token_bytes=self._token_bytes, tokenizer=tokenizer,
-                               grammar=grammar, top=opts.logprobs, in_thinking=plan.in_thinking)
+                               grammar=grammar, top=opts.logprobs, in_thinking=plan.in_thinking,
+                               may_think=opts.thinking and self.mentions_think
+                               and plan.prefill is None)
         if plan.prefill is not None and not control.consume_prefill(plan.prefill.content):
             raise UnsupportedRequest("the prefilled assistant message does not fit the requested "
                                      "format", param="messages")

@@ -12,7 +12,7 @@ MLX runs `before` inside a logits processor (and `accept` for the previous token
 mlx-lm computes the next logits before it hands out the current token).
 
 While the answer is inside its reasoning (`in_thinking`), nothing is masked: the grammar
-starts after `</think>`. The mask is llguidance's bitmask (one bit per token, filled lazily by
+starts after `</think>` (a model that opens `<think>` itself may do so with its first token). The mask is llguidance's bitmask (one bit per token, filled lazily by
 the matcher: ~0.1 ms on a 49k vocabulary); after the grammar is complete, only end-of-text is
 allowed, so the answer stops there.
 """
@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from pocketchat.engines.thinking import CLOSE_TAG
+from pocketchat.engines.thinking import CLOSE_TAG, OPEN_TAG
 from pocketchat.engines.types import TokenLogprob, TopLogprob
 
 MAX_TOP_LOGPROBS = 20
@@ -47,7 +47,7 @@ class TokenControl:
 
     def __init__(self, *, token_bytes: Callable[[int], bytes], tokenizer: Any = None,
                  grammar: str | None = None, top: int | None = None,
-                 in_thinking: bool = False) -> None:
+                 in_thinking: bool = False, may_think: bool = False) -> None:
         self.token_bytes = token_bytes
         self.tokenizer = tokenizer
         self.matcher: Any = None
@@ -59,6 +59,12 @@ class TokenControl:
         self.top = None if top is None else max(0, min(int(top), MAX_TOP_LOGPROBS))
         self.in_thinking = in_thinking and matcher is not None
         self._tail = ""  # the end of the reasoning so far (to see </think> split over tokens)
+        # A model that opens its reasoning itself (the prompt did not): its first token may be
+        # <think> when that is one token of the vocabulary; the grammar waits for </think>.
+        self._opener: int | None = None
+        if may_think and self.matcher is not None and not self.in_thinking:
+            ids = tokenizer.tokenize_str(OPEN_TAG, parse_special=True)
+            self._opener = ids[0] if len(ids) == 1 else None
         self._raw: deque[np.ndarray] = deque()
         self._mask: np.ndarray | None = None
         self.mask_seconds = 0.0  # time spent computing and applying masks (the benchmark's figure)
@@ -83,6 +89,8 @@ class TokenControl:
             t0 = time.perf_counter()
             fill_next_token_bitmask(self.matcher, self._mask)
             allowed = np.unpackbits(self._mask.view(np.uint8), bitorder="little")
+            if self._opener is not None and self._opener < len(allowed):
+                allowed[self._opener] = 1
             n = min(len(logits), len(allowed))
             logits[:n][allowed[:n] == 0] = -np.inf
             if len(logits) > n:
@@ -109,6 +117,10 @@ class TokenControl:
 
     def accept(self, token: int) -> None:
         if self.matcher is None:
+            return
+        opener, self._opener = self._opener, None  # only the first token may open it
+        if opener is not None and token == opener:
+            self.in_thinking = True
             return
         if self.in_thinking:
             self._tail = (self._tail + _text(self.token_bytes(token)))[-64:]

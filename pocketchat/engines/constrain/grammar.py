@@ -27,6 +27,9 @@ from pocketchat.engines.constrain.toolcalls import CallFormat
 from pocketchat.engines.types import ChatOptions
 
 ANY_OBJECT: dict = {"type": "object"}
+# Whitespace between JSON tokens: at most this much per gap, so a model that keeps writing
+# spaces or newlines (weak or random weights) still has to close the value.
+JSON_WHITESPACE = "[ \\n\\r\\t]{0,24}"
 # String keywords the XML form cannot carry (its values are raw text, not JSON strings).
 XML_STRING_LIMITS = ("pattern", "format", "minLength", "maxLength", "const")
 
@@ -38,6 +41,14 @@ def offered_tools(options: ChatOptions) -> tuple[dict, ...]:
 
 def _lit(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
+
+
+def _json(schema: Mapping[str, Any]) -> str:
+    """`%json {...}` for a schema, with bounded whitespace unless the schema sets its own."""
+    schema = dict(schema)
+    if "x-guidance" not in schema:
+        schema["x-guidance"] = {"whitespace_pattern": JSON_WHITESPACE}
+    return f"%json {json.dumps(schema)}"
 
 
 def _tool_name(tool: Mapping[str, Any]) -> str | None:
@@ -104,7 +115,7 @@ def request_grammar(options: ChatOptions, fmt: CallFormat) -> tuple[str, str] | 
         return tool_grammar(tools, fmt, parallel=options.parallel_tool_calls), "tools"
     schema = response_schema(options)
     if schema is not None:
-        return f"start: %json {json.dumps(schema)}\n", "response_format.json_schema.schema"
+        return f"start: {_json(schema)}\n", "response_format.json_schema.schema"
     return None
 
 
@@ -119,7 +130,7 @@ def tool_grammar(tools: Sequence[tuple[int, dict]], fmt: CallFormat, *, parallel
         body = variants[0] if len(variants) == 1 else {"anyOf": variants}
         return (f"start: call{repeat}\n"
                 f'call: "<tool_call>\\n" body "\\n</tool_call>"\n'
-                f"body: %json {json.dumps(body)}\n")
+                f"body: {_json(body)}\n")
     lines = [f"start: call{repeat}",
              'call: "<tool_call>\\n" fn "</tool_call>"',
              "fn: " + " | ".join(f"f{k}" for k in range(len(tools)))]
@@ -159,7 +170,7 @@ def _xml_function(k: int, index: int, tool: dict) -> list[str]:
         else:
             sub = dict(pschema) if isinstance(pschema, Mapping) else {}
             sub.update(defs)
-            rules.append(f'{rule}: {head} %json {json.dumps(sub)} "\\n</parameter>\\n"')
+            rules.append(f'{rule}: {head} {_json(sub)} "\\n</parameter>\\n"')
     body = " ".join(parts)
     return [f'f{k}: {_lit(f"<function={name}>" + chr(10))} {body} "</function>\\n"', *rules]
 

@@ -133,6 +133,7 @@ class ToolCallParser:
         self.calls: list[ToolCall] = []  # every call so far
         self._buf = ""  # text held back: a possible start of OPEN, or space
         self._body: list[str] | None = None  # inside a call: its text so far
+        self._gap = ""  # the space before the open call (text again if the call is not one)
 
     @property
     def in_call(self) -> bool:
@@ -156,15 +157,17 @@ class ToolCallParser:
                 text = text[at + len(CLOSE):]
                 call = self._parse(body)
                 if call is None:
-                    out.append(OPEN + body + CLOSE)
+                    out.append(self._gap + OPEN + body + CLOSE)
                 else:
                     calls.append(call)
                 continue
             at = text.find(OPEN)
             if at >= 0:
                 before = text[:at]
-                if before.strip():
-                    out.append(before.rstrip())
+                kept = before.rstrip()
+                if kept:
+                    out.append(kept)
+                self._gap = before[len(kept):]
                 self._body = []
                 text = text[at + len(OPEN):]
                 continue
@@ -181,7 +184,7 @@ class ToolCallParser:
     def flush(self) -> tuple[str, tuple[ToolCall, ...]]:
         """The end of the answer: a call left open (cut off) comes back as text."""
         if self._body is not None:
-            text = OPEN + "".join(self._body) + self._buf
+            text = self._gap + OPEN + "".join(self._body) + self._buf
             self._body, self._buf = None, ""
             return text, ()
         text, self._buf = self._buf, ""

@@ -25,6 +25,7 @@ from __future__ import annotations
 import codecs
 import ctypes
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -164,8 +165,10 @@ class LlamaCppEngine(EngineBase):
             lib, vocab = self._lib, self._vocab
             ends = [t for t in (lib.llama_vocab_eos(vocab), lib.llama_vocab_eot(vocab))
                     if t >= 0 and lib.llama_vocab_is_eog(vocab, t)]
-            self._ll_tok = llguidance.llamacpp.lltokenizer_from_vocab(
-                vocab, eos_token=sorted(set(ends)) or None)
+            with warnings.catch_warnings():  # it calls a deprecated binding once per token
+                warnings.simplefilter("ignore", DeprecationWarning)
+                self._ll_tok = llguidance.llamacpp.lltokenizer_from_vocab(
+                    vocab, eos_token=sorted(set(ends)) or None)
         return self._ll_tok
 
     def _token_bytes(self, token: int) -> bytes:
