@@ -93,17 +93,24 @@ def test_required_call_streamed(client, model):
 
 
 def test_a_history_with_calls_results_and_reasoning_round_trips(client, model):
-    history = [*ASK, {"role": "assistant", "content": "", "reasoning_content": "I should look it up.",
-                      "tool_calls": [{"id": "call_1", "type": "function", "function": {
-                          "name": "get_forecast", "arguments": "{\"city\": \"Paris\", \"days\": 3}"}}]},
-               {"role": "tool", "tool_call_id": "call_1", "content": "sun, rain, sun"}]
-    ask = dict(model=model, messages=history, tools=[FORECAST], max_tokens=8, seed=3,
-               extra_body={"ignore_eos": True})
-    plain = client.chat.completions.create(**ask)
-    assert plain.choices[0].finish_reason in ("length", "stop", "tool_calls")
-    kept = client.chat.completions.create(**{**ask, "extra_body": {
+    call_turn = {"role": "assistant", "content": "", "reasoning_content": "I should look it up.",
+                 "tool_calls": [{"id": "call_1", "type": "function", "function": {
+                     "name": "get_forecast", "arguments": "{\"city\": \"Paris\", \"days\": 3}"}}]}
+    history = [*ASK, call_turn, {"role": "tool", "tool_call_id": "call_1", "content": "sun, rain, sun"}]
+    ask = dict(model=model, tools=[FORECAST], max_tokens=4, seed=3, extra_body={"ignore_eos": True})
+    used = client.chat.completions.create(messages=history, **ask)
+    assert used.choices[0].finish_reason in ("length", "tool_calls")
+    without = {k: v for k, v in call_turn.items() if k != "reasoning_content"}
+    bare = client.chat.completions.create(messages=[history[0], without, history[2]], **ask)
+    assert used.usage.prompt_tokens > bare.usage.prompt_tokens  # the reasoning reached the template
+
+    # An earlier turn's reasoning is dropped by the template unless chat_template_kwargs keep it.
+    later = [*history, {"role": "assistant", "content": "Sunny, then rain."},
+             {"role": "user", "content": "And Lyon?"}]
+    dropped = client.chat.completions.create(messages=later, **ask)
+    kept = client.chat.completions.create(messages=later, **{**ask, "extra_body": {
         "ignore_eos": True, "chat_template_kwargs": {"preserve_thinking": True}}})
-    assert kept.usage.prompt_tokens >= plain.usage.prompt_tokens
+    assert kept.usage.prompt_tokens > dropped.usage.prompt_tokens
 
 
 def test_json_schema_after_thinking(client, model):
