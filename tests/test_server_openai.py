@@ -299,3 +299,20 @@ def test_other_origins_and_rebinding_are_refused(server):
     status, _, data = raw(server, "OPTIONS", "/v1/chat/completions",
                           preflight("http://localhost:3000", Host="rebind.example:8080"))
     assert status == 403 and json.loads(data)["error"]["code"] == "host_not_allowed"
+
+
+# -- sampling fields -----------------------------------------------------------------------------
+
+
+def test_penalties_and_min_p_reach_the_sampler(client, model):
+    ask = dict(model=model, messages=[{"role": "user", "content": "Repeat the word cat ten times."}],
+               max_tokens=24, temperature=0, extra_body={"ignore_eos": True})
+    plain = client.chat.completions.create(**ask).choices[0].message.content
+    for extra in ({"frequency_penalty": 2.0}, {"presence_penalty": 2.0},
+                  {"extra_body": {"ignore_eos": True, "repeat_penalty": 3.0}}):
+        changed = client.chat.completions.create(**{**ask, **extra}).choices[0].message.content
+        assert changed != plain, extra
+    # min_p 1.0 keeps only the most likely token: sampling at temperature 1 is then greedy
+    greedy = client.chat.completions.create(**{**ask, "temperature": 1.0, "seed": 9, "extra_body": {
+        "ignore_eos": True, "min_p": 1.0}}).choices[0].message.content
+    assert greedy == plain
