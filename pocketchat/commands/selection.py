@@ -13,9 +13,10 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from pocketchat.errors import UsageError
+from pocketchat.store.spec import STARTER
 from pocketchat.types import Backend, HardwareProfile
 
-STARTER = "starter"
+__all__ = ["STARTER", "Selection", "add_selection_args"]
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class Selection:
         if "hardware" in values:
             values["hardware"] = Path(values["hardware"])
         if "rpc" in values:
-            from pocketchat.engines.rpc import parse_endpoints
+            from pocketchat.rpc.endpoints import parse_endpoints
 
             values["rpc"] = parse_endpoints(values["rpc"])
         return cls(**values).checked()

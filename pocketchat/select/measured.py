@@ -1,23 +1,31 @@
 """Measured speeds feed the ranking: what `pocketchat bench` saw on this machine.
 
 A bench run records, per model, the generation speed it measured next to the speed the
-estimate gave for the same plan. The ranking then uses the measured figure for that build
-(labelled measured) and scales the estimates of the others by how far the estimate was off on
-this machine, per kind of placement (CPU runs calibrate CPU plans, GPU runs GPU plans).
-Pure data and functions; `load`/`save` keep the records as JSON under the cache directory.
+estimate gave for the same plan, with what kind of model it was (architecture, bytes of
+weights a token reads). The ranking then
+- uses the median of that build's own runs (labelled measured), and
+- scales the estimates of other builds by the median ratio measured/estimated of *like*
+  models only: the same architecture, a token reading within `LIKE_FACTOR` as many bytes, the
+  same kind of placement. A 135M dense starter says nothing about a 35B MoE, and one noisy
+  run among several moves a median little.
+Pure data and functions; `load`/`save`/`forget` keep the records as JSON under the cache
+directory (`pocketchat bench --forget` clears them).
 """
 
 from __future__ import annotations
 
 import json
-import math
+import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from pocketchat.types import HardwareProfile
+from pocketchat.types import Build, HardwareProfile
 
 FILE_NAME = "bench-speeds.json"
+RUNS_KEPT = 5  # runs kept per model, placement and machine: the figure is their median
+LIKE_FACTOR = 3.0  # models whose tokens read within this factor of bytes calibrate each other
+POCKET_ARCH = "qwen35moe"  # the catalog's builds (GGUF and MLX alike)
 
 
 def machine_key(profile: HardwareProfile) -> str:
@@ -28,6 +36,14 @@ def machine_key(profile: HardwareProfile) -> str:
 
 def placement_kind(placement: str) -> str:
     return "cpu" if placement == "cpu" else "gpu"
+
+
+def kind_of(build: Build) -> tuple[str, float]:
+    """(architecture, bytes of weights a token reads): what makes two models alike in speed."""
+    from pocketchat.select.estimate import read_per_token
+
+    arch = getattr(build.facts, "arch", "") or (POCKET_ARCH if build.facts is None else "")
+    return arch, float(read_per_token(build))
 
 
 @dataclass(frozen=True)
@@ -41,6 +57,15 @@ class SpeedRecord:
     machine: str
     n_threads: int = 0
     at: float = 0.0
+    arch: str = ""  # "" in records written before the kind was kept: never calibrates others
+    read_bytes: float = 0.0  # bytes of weights a token reads
+
+    def like(self, arch: str, read_bytes: float) -> bool:
+        """Whether this run may calibrate the estimate of a model of that kind."""
+        if not self.arch or self.arch != arch or self.read_bytes <= 0 or read_bytes <= 0:
+            return False
+        ratio = self.read_bytes / read_bytes
+        return 1 / LIKE_FACTOR <= ratio <= LIKE_FACTOR
 
 
 @dataclass(frozen=True)
@@ -48,49 +73,75 @@ class Calibration:
     """The records of this machine; speeds for the ranking."""
 
     records: tuple[SpeedRecord, ...] = ()
-    factors: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def of(cls, records: list[SpeedRecord], machine: str) -> "Calibration":
-        mine = tuple(r for r in records if r.machine == machine and r.measured_tok_s > 0
-                     and r.estimated_tok_s > 0)
-        factors: dict[str, float] = {}
-        for kind in ("cpu", "gpu"):
-            ratios = [r.measured_tok_s / r.estimated_tok_s for r in mine if placement_kind(r.placement) == kind]
-            if ratios:  # geometric mean: one odd run does not dominate
-                factors[kind] = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
-        return cls(mine, factors)
+        return cls(tuple(r for r in records if r.machine == machine and r.measured_tok_s > 0
+                         and r.estimated_tok_s > 0))
 
-    def speed(self, model: str, placement: str, estimate: float) -> tuple[float, str]:
-        """(tok/s, label): measured for this model and placement, else the calibrated estimate."""
-        same = [r for r in self.records if r.model == model and r.placement == placement]
+    def speed(self, build: Build, placement: str, estimate: float) -> tuple[float, str]:
+        """(tok/s, where the figure came from): the median of this build's runs, else the
+        estimate scaled by like models' runs, else the estimate."""
+        same = [r.measured_tok_s for r in self.records
+                if r.model == build.id and r.placement == placement]
         if same:
-            return same[-1].measured_tok_s, "measured"
-        factor = self.factors.get(placement_kind(placement))
-        if factor is None:
+            label = "measured" if len(same) == 1 else f"measured, median of {len(same)} runs"
+            return statistics.median(same), label
+        arch, read_bytes = kind_of(build)
+        like = [r for r in self.records if placement_kind(r.placement) == placement_kind(placement)
+                and r.like(arch, read_bytes)]
+        if not like:
             return estimate, "estimate"
-        return estimate * factor, "estimate, calibrated by a measured run"
+        factor = statistics.median(r.measured_tok_s / r.estimated_tok_s for r in like)
+        models = sorted({r.model for r in like})
+        runs = f"{len(like)} run{'s' if len(like) > 1 else ''}"
+        return estimate * factor, f"estimate, calibrated by {runs} of {', '.join(models)}"
 
 
 def path_in(cache_dir: Path) -> Path:
     return cache_dir / FILE_NAME
 
 
+_FIELDS = {f.name for f in fields(SpeedRecord)}
+
+
 def load(cache_dir: Path) -> list[SpeedRecord]:
     """The records on disk; a missing or damaged file is no records."""
     try:
         raw = json.loads(path_in(cache_dir).read_text())
-        return [SpeedRecord(**r) for r in raw.get("records", [])]
+        return [SpeedRecord(**{k: v for k, v in r.items() if k in _FIELDS})
+                for r in raw.get("records", [])]
     except (OSError, ValueError, TypeError, AttributeError):
         return []
 
 
-def save(cache_dir: Path, record: SpeedRecord, *, keep: int = 50) -> None:
-    """Add a record (replacing the same model, placement and machine), keeping the newest."""
-    records = [r for r in load(cache_dir)
-               if (r.model, r.placement, r.machine) != (record.model, record.placement, record.machine)]
-    records.append(record if record.at else SpeedRecord(**{**asdict(record), "at": time.time()}))
-    cache_dir.mkdir(parents=True, exist_ok=True)
+def _write(cache_dir: Path, records: list[SpeedRecord]) -> None:
     tmp = path_in(cache_dir).with_suffix(".tmp")
-    tmp.write_text(json.dumps({"records": [asdict(r) for r in records[-keep:]]}, indent=1))
-    tmp.replace(path_in(cache_dir))
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps({"records": [asdict(r) for r in records]}, indent=1))
+        tmp.replace(path_in(cache_dir))
+    except OSError as exc:
+        if exc.filename is None:  # a write or close that failed (a full disk): say where
+            raise OSError(exc.errno, exc.strerror, str(tmp)) from exc
+        raise
+
+
+def save(cache_dir: Path, record: SpeedRecord, *, runs: int = RUNS_KEPT, keep: int = 200) -> None:
+    """Add a record, keeping the newest `runs` of the same model, placement and machine."""
+    record = record if record.at else SpeedRecord(**{**asdict(record), "at": time.time()})
+    key = (record.model, record.placement, record.machine)
+    records = load(cache_dir)
+    same = [r for r in records if (r.model, r.placement, r.machine) == key]
+    drop = {id(r) for r in same[: max(len(same) + 1 - runs, 0)]}
+    records = [r for r in records if id(r) not in drop] + [record]
+    _write(cache_dir, records[-keep:])
+
+
+def forget(cache_dir: Path, model: str | None = None) -> int:
+    """Delete the records (of the models whose name contains `model`, when given); how many."""
+    records = load(cache_dir)
+    kept = [r for r in records if model is not None and model.lower() not in r.model.lower()]
+    if len(kept) != len(records):
+        _write(cache_dir, kept)
+    return len(records) - len(kept)

@@ -7,7 +7,8 @@ most `queue_size` wait behind the one that runs, the next gets `ApiError` 429 wi
 Retry-After estimated from recent answers. `generate()` is an async context manager: whoever
 leaves it early (a client that went away) cancels the answer in the engine at once, and the
 turn passes on only when the engine has really stopped. An engine that crashed is closed and
-opened again before the next answer; /health says "loading" meanwhile.
+opened again before the next answer; /health says "loading" meanwhile. `close_doors()` (the
+server stopping) ends the answer in progress and turns away the requests still waiting.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class Answer:
         self._items: asyncio.Queue = asyncio.Queue()
         self.finished = False
         self.crashed = False
+        self._stop = False
         self._done = self._loop.run_in_executor(executor, self._pump, messages, options)
 
     def _pump(self, messages: tuple[Message, ...], options: ChatOptions) -> None:
@@ -45,6 +47,8 @@ class Answer:
         try:
             for chunk in self._engine.chat(messages, options):
                 put(self._items.put_nowait, chunk)
+                if self._stop and chunk.finish_reason is None:  # asked before the engine began
+                    self._engine.cancel()
         except BaseException as exc:  # noqa: BLE001 - handed to the reader, which re-raises
             put(self._items.put_nowait, exc)
         put(self._items.put_nowait, None)
@@ -62,6 +66,7 @@ class Answer:
     def cancel(self) -> None:
         """Ask the engine to stop this answer (it ends with finish_reason 'cancelled')."""
         if not self.finished:
+            self._stop = True
             self._engine.cancel()
 
     async def wait_stopped(self) -> None:
@@ -86,6 +91,8 @@ class EngineHost:
         self._turn: asyncio.Lock | None = None
         self._durations: deque[float] = deque(maxlen=16)
         self._crashed: Engine | None = None
+        self._answer: Answer | None = None
+        self.closing = False
 
     # -- life -----------------------------------------------------------------------------
 
@@ -107,6 +114,13 @@ class EngineHost:
         if engine is not None:
             await asyncio.get_running_loop().run_in_executor(self._executor, engine.close)
         self._executor.shutdown(wait=False)
+
+    def close_doors(self) -> None:
+        """The server is stopping: the answer in progress ends now (finish_reason 'cancelled'),
+        requests that wait or arrive get a 503, so every connection finishes promptly."""
+        self.closing = True
+        if self._answer is not None:
+            self._answer.cancel()
 
     def _open(self) -> Engine:
         if self._crashed is not None:
@@ -154,6 +168,8 @@ class EngineHost:
     def _admit(self) -> None:
         if self._turn is None:
             raise ApiError("the server is not started", status=503, type="server_error")
+        if self.closing:
+            raise stopping()
         if self.state == "error" and self.error is not None:
             raise load_failed(self.error)
         if self.waiting >= self.queue_size:
@@ -178,11 +194,14 @@ class EngineHost:
         started = time.monotonic()
         answer: Answer | None = None
         try:
+            if self.closing:
+                raise stopping()
             engine = await self._ensure()
             self.busy = True
-            answer = Answer(engine, messages, options, self._executor)
+            answer = self._answer = Answer(engine, messages, options, self._executor)
             yield answer
         finally:
+            self._answer = None
             if answer is not None:
                 answer.cancel()
                 with anyio.CancelScope(shield=True):
@@ -199,6 +218,11 @@ class EngineHost:
         if self.error is not None:
             body["error"] = self.error.message
         return body
+
+
+def stopping() -> ApiError:
+    return ApiError("the server is shutting down", status=503, type="server_error",
+                    code="server_stopping", hint="Try again when it has been started again.")
 
 
 def load_failed(exc: PocketchatError) -> ApiError:

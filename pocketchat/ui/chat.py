@@ -105,6 +105,8 @@ class Chat(Vertical):
         self._restored = threading.Event()  # no saved model state is being loaded
         self._restored.set()
         self._restore_task: asyncio.Task | None = None
+        self._hold: conversations.Hold | None = None  # this window's hold on the conversation
+        self._copied_note = ""  # said once shown: another window has the conversation
 
     def compose(self) -> ComposeResult:
         yield ChatLog(id="chat-log")
@@ -112,8 +114,41 @@ class Chat(Vertical):
         yield StatusBar(id="status")
 
     async def on_mount(self) -> None:
+        self.conversation = self._take(self.conversation)
         await self.show_conversation(self.conversation)
+        self._say_copied()
         self.query_one(PromptInput).focus()
+
+    def on_unmount(self) -> None:
+        self.release()
+
+    def _take(self, conversation: Conversation) -> Conversation:
+        """Hold `conversation` for this window, or a copy of it when another pocketchat window
+        has it open: two windows writing one file would lose the turns of one of them."""
+        self.release()
+        got = conversations.hold(conversation)
+        if isinstance(got, conversations.Hold):
+            self._hold = got
+            return conversation
+        copy = conversation.copy()
+        held = conversations.hold(copy)
+        self._hold = held if isinstance(held, conversations.Hold) else None
+        where = f" (process {got})" if got else ""
+        self._copied_note = (f"This chat is open in another pocketchat window{where}. You are "
+                             f"in a copy of it, \u201c{copy.display_title}\u201d, saved as a chat of "
+                             "its own; the other window keeps the original.")
+        return copy
+
+    def _say_copied(self) -> None:
+        if self._copied_note:
+            self.notice(self._copied_note, kind="info")
+            self._copied_note = ""
+
+    def release(self) -> None:
+        """Let other windows open this window's conversation (leaving the chat, or another)."""
+        if self._hold is not None:
+            self._hold.release(forget=not self.conversation.path.exists())
+            self._hold = None
 
     @property
     def chat_log(self) -> ChatLog:
@@ -123,6 +158,8 @@ class Chat(Vertical):
     async def show_conversation(self, conversation: Conversation) -> None:
         log = self.chat_log
         await log.remove_children()
+        log.anchor(False)  # anchored, a chat shorter than the screen sits at its bottom:
+        log.scroll_target_y = log.scroll_y = 0  # the next one (the welcome) starts at the top
         widgets = []
         prompt = self.query_one(PromptInput)
         answers = [m for m in conversation.messages if m.role == "assistant"]
@@ -271,6 +308,12 @@ class Chat(Vertical):
             self.notice(f"{n} earlier message{'' if n == 1 else 's'} no longer fit{'s' if n == 1 else ''} "
                         "the context and " + ("was" if n == 1 else "were") + " left out of what the model saw.",
                         kind="info")
+        if stream.conversation.forked_from and stream.conversation is self.conversation \
+                and (self._hold is None or self._hold.conversation_id != stream.conversation.id):
+            self._take(stream.conversation)  # save() found another writer: this side is a copy
+            self.notice("Another program wrote this chat while it was open here: this window's "
+                        f"turns are saved as a copy, \u201c{stream.conversation.display_title}\u201d; "
+                        "nothing was lost.", kind="warning")
         if stream.save_error is not None:
             self.notice(f"Could not save the conversation: {stream.save_error}",
                         save_problem(stream.save_error, self.conversation.path.parent)
@@ -348,9 +391,10 @@ class Chat(Vertical):
             self.stream.cancel()  # the thread saves the old conversation as far as it got
             self._stop_pump()
             self.stream, self._answer = None, None
-        self.conversation = conversation
+        self.conversation = conversation = self._take(conversation)
         self.query_one(StatusBar).figures = StatusFigures()
         await self.show_conversation(conversation)
+        self._say_copied()
         self.idle_status()
         self.query_one(PromptInput).focus()
         self.restore_state()
@@ -359,8 +403,7 @@ class Chat(Vertical):
         def apply(value: str | None) -> None:
             if value is None:
                 return
-            self.conversation.system = value or None
-            self.default_system = value or None
+            self.conversation.system = value or None  # this chat's: Ctrl+N starts without it
             if self.conversation.messages:
                 self.conversation.save()
             self.notify("System prompt set." if value else "System prompt cleared.")

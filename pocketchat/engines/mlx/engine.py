@@ -100,7 +100,7 @@ class MlxEngine(EngineBase):
         self.mentions_think = "<think>" in self._template_source
         self._bos = self._tok.bos_token
         self.state = MlxState(self._model)
-        self.cache = PrefixCache(self.state)
+        self.cache = PrefixCache(self.state, max_count=plan.checkpoints)
         self.state.length = lambda: len(self.cache.tokens)
         self._step = max(MIN_STEP, min(MAX_STEP, plan.n_batch))
         self._own = [0, 0.0]  # prompt tokens processed before stream_generate, and seconds
