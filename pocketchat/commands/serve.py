@@ -138,10 +138,45 @@ def _serve(args: argparse.Namespace, choice, sock: socket.socket, api_key: str |
                      loopback_only=loopback, model_info=info, cors_origins=args.cors_origin)
     print(one_line(f"loading {choice.label} ({choice.plan.describe()}); listening on {url}"
                    + ("" if loopback else " (API key required)")), file=sys.stderr, flush=True)
+    # No colours: uvicorn decides them from stdout, while its lines go to stderr (a file, maybe).
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
-                            timeout_graceful_shutdown=3)
-    server = uvicorn.Server(config)
+                            timeout_graceful_shutdown=3, use_colors=False)
+    server = stoppable_server(config, host)
     server.run(sockets=[sock])
     if failed:
         raise failed[0]
+    print("stopped", file=sys.stderr, flush=True)
     return 0
+
+
+def stoppable_server(config, host) -> "uvicorn.Server":  # noqa: F821 - imported lazily
+    """uvicorn's server, stopped by Ctrl-C (or SIGTERM) the way a user expects: the answer in
+    progress ends at once as a complete stream, waiting requests get 503, the process exits
+    with 0 and no traceback. A second Ctrl-C quits without waiting."""
+    import asyncio
+    import logging
+
+    import uvicorn
+
+    class _CancelledAtShutdown(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:  # a task uvicorn cut off: not news
+            exc = record.exc_info[1] if record.exc_info else None
+            return not isinstance(exc, asyncio.CancelledError)
+
+    class Server(uvicorn.Server):
+        loop: asyncio.AbstractEventLoop | None = None
+
+        async def serve(self, sockets=None) -> None:
+            self.loop = asyncio.get_running_loop()
+            await super().serve(sockets)
+
+        def handle_exit(self, sig: int, frame) -> None:  # no re-raise of the signal afterwards
+            if self.should_exit:
+                self.force_exit = True
+                return
+            self.should_exit = True
+            if self.loop is not None:
+                self.loop.call_soon_threadsafe(host.close_doors)
+
+    logging.getLogger("uvicorn.error").addFilter(_CancelledAtShutdown())
+    return Server(config)

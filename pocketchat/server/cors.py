@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from pocketchat.errors import ApiError, UsageError
 from pocketchat.server.guard import send_error
 
-LOOPBACK_ORIGIN = re.compile(r"^https?://(localhost|127\.0\.0\.1|\[::1\])(:\d{1,5})?$")
+X
 ALLOW_METHODS = b"GET, POST, OPTIONS"
 DEFAULT_ALLOW_HEADERS = b"Authorization, Content-Type"
 EXPOSE_HEADERS = b"Retry-After, WWW-Authenticate"

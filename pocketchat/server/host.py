@@ -7,8 +7,10 @@ most `queue_size` wait behind the one that runs, the next gets `ApiError` 429 wi
 Retry-After estimated from recent answers. `turn()` holds the engine for one request (its `n`
 answers run one after another); `Turn.answer()` and `generate()` are async context managers:
 whoever leaves one early (a client that went away) cancels the answer in the engine at once,
-and the turn passes on only when the engine has really stopped. An engine that crashed is closed and
-opened again before the next answer; /health says "loading" meanwhile.
+and the turn passes on only when the engine has really stopped. An engine that crashed is
+closed and opened again before the next answer; /health says "loading" meanwhile.
+`close_doors()` (the server stopping) ends the answer in progress and turns away the requests
+still waiting.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class Answer:
         self._items: asyncio.Queue = asyncio.Queue()
         self.finished = False
         self.crashed = False
+        self._stop = False
         self._done = self._loop.run_in_executor(executor, self._pump, run)
 
     def _pump(self, run: Run) -> None:
@@ -66,6 +69,8 @@ class Answer:
         try:
             for chunk in run(self._engine):
                 put(self._items.put_nowait, chunk)
+                if self._stop and chunk.finish_reason is None:  # asked before the engine began
+                    self._engine.cancel()
         except BaseException as exc:  # noqa: BLE001 - handed to the reader, which re-raises
             put(self._items.put_nowait, exc)
         put(self._items.put_nowait, None)
@@ -83,6 +88,7 @@ class Answer:
     def cancel(self) -> None:
         """Ask the engine to stop this answer (it ends with finish_reason 'cancelled')."""
         if not self.finished:
+            self._stop = True
             self._engine.cancel()
 
     async def wait_stopped(self) -> None:
@@ -107,6 +113,8 @@ class EngineHost:
         self._turn: asyncio.Lock | None = None
         self._durations: deque[float] = deque(maxlen=16)
         self._crashed: Engine | None = None
+        self._answer: Answer | None = None
+        self.closing = False
 
     # -- life -----------------------------------------------------------------------------
 
@@ -128,6 +136,13 @@ class EngineHost:
         if engine is not None:
             await asyncio.get_running_loop().run_in_executor(self._executor, engine.close)
         self._executor.shutdown(wait=False)
+
+    def close_doors(self) -> None:
+        """The server is stopping: the answer in progress ends now (finish_reason 'cancelled'),
+        requests that wait or arrive get a 503, so every connection finishes promptly."""
+        self.closing = True
+        if self._answer is not None:
+            self._answer.cancel()
 
     def _open(self) -> Engine:
         if self._crashed is not None:
@@ -175,6 +190,8 @@ class EngineHost:
     def _admit(self) -> None:
         if self._turn is None:
             raise ApiError("the server is not started", status=503, type="server_error")
+        if self.closing:
+            raise stopping()
         if self.state == "error" and self.error is not None:
             raise load_failed(self.error)
         if self.waiting >= self.queue_size:
@@ -199,6 +216,8 @@ class EngineHost:
         started = time.monotonic()
         turn = Turn(self)
         try:
+            if self.closing:
+                raise stopping()
             yield turn
         finally:
             if turn.answers:
@@ -232,18 +251,26 @@ class Turn:
     async def answer(self, run: Run) -> AsyncIterator[Answer]:
         """Stream one answer; leaving early cancels it, and returns once the engine stopped."""
         host = self._host
+        if host.closing:
+            raise stopping()
         engine = await host._ensure()
         host.busy = True
-        answer = Answer(engine, run, host._executor)
+        answer = host._answer = Answer(engine, run, host._executor)
         self.answers += 1
         try:
             yield answer
         finally:
+            host._answer = None
             answer.cancel()
             with anyio.CancelScope(shield=True):
                 await answer.wait_stopped()
             if answer.crashed:
                 host._engine_crashed()
+
+
+def stopping() -> ApiError:
+    return ApiError("the server is shutting down", status=503, type="server_error",
+                    code="server_stopping", hint="Try again when it has been started again.")
 
 
 def load_failed(exc: PocketchatError) -> ApiError:

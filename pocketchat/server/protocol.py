@@ -80,12 +80,31 @@ def bad(message: str, param: str | None = None, code: str | None = None) -> ApiE
     return ApiError(message, status=400, param=param, code=code)
 
 
+MAX_INT_DIGITS = 100  # longer integers are refused (a float cannot even hold 310 digits)
+
+
+def _int(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INT_DIGITS:
+        raise bad(f"the request body has an integer of {digits} digits; at most {MAX_INT_DIGITS} "
+                  "are accepted", code="invalid_json")
+    return int(text)
+
+
 def parse_json(body: bytes) -> dict[str, Any]:
-    """The body as a JSON object, or a 400 that says what is wrong with it."""
+    """The body as a JSON object, or a 400 that says what is wrong with it (pathological
+    bodies included: nesting deeper than Python's parser goes, integers with huge digit counts)."""
     try:
-        data = json.loads(body)
+        data = json.loads(body, parse_int=_int)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise bad(f"the request body is not valid JSON: {exc}", code="invalid_json") from None
+    except ApiError:
+        raise
+    except RecursionError:
+        raise bad("the request body nests arrays or objects too deeply", code="invalid_json") from None
+    except ValueError as exc:  # what json may still raise on a number it cannot convert
+        raise bad(f"the request body has a value that cannot be read: {exc}",
+                  code="invalid_json") from None
     if not isinstance(data, dict):
         raise bad("the request body must be a JSON object", code="invalid_json")
     return data

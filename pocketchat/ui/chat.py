@@ -158,6 +158,8 @@ class Chat(Vertical):
     async def show_conversation(self, conversation: Conversation) -> None:
         log = self.chat_log
         await log.remove_children()
+        log.anchor(False)  # anchored, a chat shorter than the screen sits at its bottom:
+        log.scroll_target_y = log.scroll_y = 0  # the next one (the welcome) starts at the top
         widgets = []
         prompt = self.query_one(PromptInput)
         answers = [m for m in conversation.messages if m.role == "assistant"]
@@ -401,8 +403,7 @@ class Chat(Vertical):
         def apply(value: str | None) -> None:
             if value is None:
                 return
-            self.conversation.system = value or None
-            self.default_system = value or None
+            self.conversation.system = value or None  # this chat's: Ctrl+N starts without it
             if self.conversation.messages:
                 self.conversation.save()
             self.notify("System prompt set." if value else "System prompt cleared.")
