@@ -176,7 +176,8 @@ def test_n_answers_seeds_and_usage():
 
 def test_cors_policy():
     default = CorsPolicy()
-    for origin in ("http://localhost:5173", "http://127.0.0.1", "https://[::1]:8443", "http://LOCALHOST:3000/"):
+    for origin in ("http://localhost:5173", "http://127.0.0.1", "http://127.0.0.2:8080", "https://[::1]:8443",
+                   "http://LOCALHOST:3000/"):
         assert default.allows(origin), origin
     for origin in ("https://evil.example", "http://localhost.evil.example", "http://127.0.0.1.nip.io",
                    "null", "file://"):

@@ -1,6 +1,6 @@
 """Which web pages may call the server from a browser (CORS), and the headers that say so.
 
-Policy: pages served from this machine (`http(s)://localhost`, `127.0.0.1`, `[::1]`, any
+Policy: pages served from this machine (`http(s)://localhost`, `127.x.x.x`, `[::1]`, any
 port) may, and so may each origin given with `--cors-origin ORIGIN`; `--cors-origin '*'`
 lets any page (with an API key set, a page still needs the key). A browser's preflight
 (`OPTIONS` with `Access-Control-Request-Method`) is answered without the key, as browsers
@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from pocketchat.errors import ApiError, UsageError
 from pocketchat.server.guard import send_error
 
-X
+LOOPBACK_ORIGIN = re.compile(r"^https?://(localhost|127(\.\d{1,3}){3}|\[::1\])(:\d{1,5})?$")
 ALLOW_METHODS = b"GET, POST, OPTIONS"
 DEFAULT_ALLOW_HEADERS = b"Authorization, Content-Type"
 EXPOSE_HEADERS = b"Retry-After, WWW-Authenticate"
