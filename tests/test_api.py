@@ -87,10 +87,13 @@ def test_tools_and_json_schema(session):
         assert call.name == "get_weather" and call.id.startswith("call_")
         jsonschema.validate(json.loads(call.arguments), CITY)
     person = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 30},
-                                               "age": {"type": "integer"}}, "required": ["name", "age"]}
-    answer = session.chat([{"role": "user", "content": "Invent a person."}], max_tokens=80,
+                                               "age": {"type": "integer", "minimum": 0, "maximum": 150}},
+              "required": ["name", "age"], "additionalProperties": False}
+    answer = session.chat([{"role": "user", "content": "Invent a person."}], max_tokens=200,
+                          temperature=0.7, seed=11,
                           response_format={"type": "json_schema",
                                            "json_schema": {"name": "person", "schema": person}})
+    assert answer.finish_reason == "stop", answer.text
     jsonschema.validate(answer.json(), person)
 
 
