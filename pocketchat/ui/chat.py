@@ -22,7 +22,7 @@ from textual.widget import AwaitMount
 from pocketchat import conversations
 from pocketchat.conversations import Conversation, save_problem
 from pocketchat.errors import EngineCrashed, HelperGone
-from pocketchat.engines.types import ChatOptions, Engine, EngineInfo, Stats
+from pocketchat.engines.types import ChatOptions, Engine, EngineInfo
 from pocketchat.ui import modelstate
 from pocketchat.ui.follow import Follower
 from pocketchat.ui.format import describe_error
@@ -258,7 +258,7 @@ class Chat(Vertical):
         elif update.finish_reason == "error":
             self.notice(f"The model could not answer: {update.error or 'unknown error'}",
                         "Try again, or start a new chat with Ctrl+N.")
-        elif update.finish_reason == "length" and not self._at_token_cap(stats):
+        elif update.finish_reason == "length" and (stats is None or stats.stop_reason != "cap"):
             used = stats.context_used if stats else 0
             limit = (stats.context_limit if stats else 0) or (self.info.n_ctx if self.info else 0)
             self.notice(f"The context is full ({used}/{limit} tokens): the answer stopped there.",
@@ -280,11 +280,6 @@ class Chat(Vertical):
             await mounted
         self.stream, self._answer = None, None  # last: a test (or a user) sees it all done
         self._stop_pump()
-
-    def _at_token_cap(self, stats: Stats | None) -> bool:
-        """Whether the answer stopped at the set number of tokens (--bench-tokens), not a full context."""
-        cap = self.base_options.max_tokens
-        return cap is not None and stats is not None and stats.generated_tokens >= cap
 
     def _answer_failed(self, error: BaseException) -> None:
         text, hint = describe_error(error)
