@@ -16,6 +16,8 @@ import pytest
 
 from pocketchat import cli, paths
 
+pytestmark = pytest.mark.slow  # real models or processes: the second CI lane
+
 REPO = Path(__file__).resolve().parents[1]
 TEXT = "café 日本語 ✓ and the rest of the answer"
 

@@ -86,7 +86,7 @@ def test_the_chat_behind_a_portal_offers_the_starter_model(portal):
     session.prepare(hooks)
     assert len(hooks.questions) == 1
     assert "answers are not the Hub's" in hooks.questions[0] and "starter model" in hooks.questions[0]
-    assert session.choice is not None and "starter" in session.choice.name
+    assert session.choice is not None and session.choice.starter
 
 
 def test_the_starter_is_not_offered_when_its_package_is_missing(portal, monkeypatch):

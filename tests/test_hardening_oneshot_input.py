@@ -29,6 +29,7 @@ def test_the_first_dash_p_offline_with_nothing_on_disk_mentions_the_starter(monk
 # -- --continue after the chat's model was removed ------------------------------------------
 
 
+@pytest.mark.slow
 def test_continue_after_the_chats_model_was_removed_names_it(tmp_path):
     """The real chat, offline: the chat's model file is gone, so the starter is taken (--yes),
     and the chat says which model it was held with."""

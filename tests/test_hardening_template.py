@@ -40,6 +40,7 @@ def test_an_unknown_format_runs_as_a_plain_completion():
     assert renderer.render(MESSAGES).text == "Be brief.\n\nHi there"
 
 
+@pytest.mark.slow
 def test_a_real_gguf_without_template_uses_the_format_its_tokens_tell_and_says_so(starter_without_template):
     from pocketchat.engines.llamacpp.engine import LlamaCppEngine
     from pocketchat.types import LoadPlan

@@ -10,6 +10,9 @@ from uitools import SIZE, ready, run, wait_for
 from pocketchat.ui.app import create_app
 from pocketchat.ui.screens import LoadingScreen
 from pocketchat.ui.widgets import PromptInput
+import pytest
+
+pytestmark = pytest.mark.slow  # real models or processes: the second CI lane
 
 
 def test_text_typed_while_the_model_loads_is_kept_at_start_and_after_restart():

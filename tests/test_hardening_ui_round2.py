@@ -23,6 +23,8 @@ from pocketchat.ui.screens import InfoScreen, SystemPromptScreen
 from pocketchat.ui.widgets import Welcome
 from textual.containers import VerticalScroll
 
+pytestmark = pytest.mark.slow  # real models or processes: the second CI lane
+
 PROFILES = Path(__file__).parent / "profiles"
 
 

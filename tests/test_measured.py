@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import os
 import subprocess
@@ -75,6 +77,7 @@ def test_only_like_models_calibrate_an_estimate():
     assert gpu == (40.0, "estimate")  # a CPU run does not calibrate a GPU plan
 
 
+@pytest.mark.slow
 def test_a_starter_bench_does_not_calibrate_pocket_and_forget_clears_it():
     env = dict(os.environ)
     run = lambda *a: subprocess.run([sys.executable, "-m", "pocketchat", *a],  # noqa: E731

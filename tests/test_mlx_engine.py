@@ -31,6 +31,8 @@ from pocketchat.engines.prefix_cache import Reuse, common_prefix, plan_reuse
 from pocketchat.engines.mlx.model import check_metal_budget, kv_cache_bytes, suggested_wired_limit_mb
 from pocketchat.types import GiB, LoadPlan, MiB
 
+pytestmark = pytest.mark.slow  # real models or processes: the second CI lane
+
 REPO = Path(__file__).resolve().parents[1]
 GREEDY = ChatOptions(temperature=0.0, max_tokens=12, ignore_eos=True)
 QUESTION = [Message("user", "Write a story about a dragon who learns to bake bread.")]

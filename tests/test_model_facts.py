@@ -60,6 +60,7 @@ def _models(starter_gguf, tiny_moe, tiny_qwen35moe):
     return models + [gemma] if gemma is not None else models
 
 
+@pytest.mark.slow
 def test_estimate_matches_measured_peak_rss(starter_gguf, tiny_moe, tiny_qwen35moe):
     """Load + one short answer, in a fresh process: the estimate is within 10% (or 16 MiB)."""
     misses = []

@@ -10,6 +10,8 @@ from engine_makers import llama_plan
 from pocketchat.engines.llamacpp import moe
 from tinymoe import tiny_moe  # noqa: F401  (fixture)
 
+pytestmark = pytest.mark.slow  # real models or processes: the second CI lane
+
 POCKET_NAMES = [
     "blk.0.ffn_up_exps.weight", "blk.0.ffn_down_exps.weight", "blk.0.ffn_gate_exps.weight",
     "blk.12.ffn_gate_up_exps.weight", "blk.3.ffn_up_shexp.weight", "blk.3.ffn_gate_inp.weight",

@@ -119,6 +119,7 @@ def test_the_chats_download_step_refuses_too(repos, repo, error):
     assert repos.bytes_served < MB16
 
 
+@pytest.mark.slow
 def test_a_normal_model_is_read_then_downloaded_and_verified(repos, capsys):
     from pocketchat.store.starter import starter_path
 
@@ -134,6 +135,7 @@ def test_a_normal_model_is_read_then_downloaded_and_verified(repos, capsys):
     assert repos.bytes_served == 0
 
 
+@pytest.mark.slow
 def test_a_normal_model_resumes_after_the_check(repos, capsys):
     from pocketchat.store import api as store
     from pocketchat.store.starter import starter_path

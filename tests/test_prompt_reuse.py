@@ -18,6 +18,8 @@ from pocketchat.engines.types import ChatOptions, Message
 from pocketchat.engines.worker import WorkerEngine
 from pocketchat.types import LoadPlan
 
+pytestmark = pytest.mark.slow  # real models or processes: the second CI lane
+
 TURNS = 4
 SLACK = 16  # the bar: new message + generation prompt + 16
 

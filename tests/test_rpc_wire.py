@@ -134,6 +134,7 @@ def test_a_helper_busy_with_another_client_is_still_said_to_be_busy():
 
 
 @pytest.mark.skipif(ggml.rpc_library() is None, reason="llama-cpp-python built without RPC")
+@pytest.mark.slow
 def test_rpc_pointed_at_a_web_server_says_it_is_not_an_rpc_server(capsys):
     with http_server() as ep:
         assert cli.main(["--recommend", "--rpc", ep]) == 1

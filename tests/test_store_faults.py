@@ -197,6 +197,7 @@ def test_ctrl_c_in_the_cli_says_the_next_run_resumes(hub, data):
     assert _partials() and 1024 * 1024 < _partials()[0].stat().st_size < SIZE
 
 
+@pytest.mark.slow
 def test_two_processes_fetching_the_same_file_make_one_good_file(hub, data):
     hub.faults.rate_bps = 2_000_000  # 1.5 s: both start while the first is still at it
     procs = [_cli(f"{REPO}:Q4_K_M", "--yes") for _ in range(2)]

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
-                                reason="threads have their own nice value on Linux only")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="threads have their own nice value on Linux only")]
 
 SCRIPT = r"""
 import json, os, sys

@@ -13,6 +13,8 @@ from pocketchat.engines.types import ChatOptions, Message
 from pocketchat.modelfile.gguf import check_gguf
 from pocketchat.engines.worker import WorkerEngine, describe_exit
 
+pytestmark = pytest.mark.slow  # real models or processes: the second CI lane
+
 LONG = ChatOptions(max_tokens=2000, ignore_eos=True)
 
 
