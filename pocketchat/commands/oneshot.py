@@ -48,10 +48,13 @@ def check_source(args: argparse.Namespace, stdin: TextIO | None = None) -> None:
 
 
 def read_prompt(args: argparse.Namespace, stdin: TextIO | None = None) -> str:
-    """The question: -p TEXT, else all of stdin (a pipe or a file); UsageError when it is empty."""
+    """The question: -p TEXT and/or all of a piped stdin (the document, -p the instruction after
+    it: `prompt_input.question`); UsageError when it is empty."""
+    from pocketchat.commands import prompt_input
+
     check_source(args, stdin)
     try:
-        text = args.prompt if args.prompt is not None else (stdin or sys.stdin).read()
+        text = prompt_input.question(args.prompt, stdin or sys.stdin)
     except (OSError, ValueError):  # stdin closed or unreadable
         text = ""
     if not text.strip():
