@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from engine_makers import MAKERS
+from support.engine_makers import MAKERS
 from pocketchat.engines.types import ChatOptions, Engine, Message
 
 pytestmark = pytest.mark.slow  # real models or processes: the second CI lane

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from engine_makers import llama_plan, make_llama_in_process, make_mlx_in_process
+from support.engine_makers import llama_plan, make_llama_in_process, make_mlx_in_process
 from pocketchat.engines.base import merge_sampling
 from pocketchat.engines.types import ChatOptions, Message
 from pocketchat.types import LoadPlan, Sampling
-from tinyqwen35 import tiny_qwen35moe  # noqa: F401 - fixture
-
 pytestmark = pytest.mark.slow
 
 N_CTX = 256
@@ -112,7 +110,7 @@ def test_stop_reason_stop_when_the_model_ends_its_answer(starter):
 
 def test_stop_reason_stop_on_mlx():
     pytest.importorskip("mlx_lm")
-    from mlx_fixture import shared_model
+    from support.mlx_fixture import shared_model
     from pocketchat.engines.mlx.engine import MlxEngine
 
     eng = MlxEngine(LoadPlan(backend="mlx", placement="cpu", n_gpu_layers=0, n_ctx=512,

@@ -15,12 +15,10 @@ import math
 import jsonschema
 import pytest
 
-from engine_makers import llama_plan, make_llama_in_process
+from support.engine_makers import llama_plan, make_llama_in_process
 from pocketchat.engines.types import ChatOptions, Message, ToolCall
 from pocketchat.errors import UnsupportedRequest
 from pocketchat.types import LoadPlan
-from tinyqwen35 import tiny_qwen35_tools  # noqa: F401 - fixture
-
 pytestmark = pytest.mark.slow
 
 WEATHER = {"type": "function", "function": {
@@ -287,7 +285,7 @@ def test_reasoning_gets_no_logprobs_and_is_not_constrained(tiny):
 @pytest.fixture(scope="module")
 def mlx_random():
     pytest.importorskip("mlx_lm")
-    from mlx_fixture import shared_model
+    from support.mlx_fixture import shared_model
     from pocketchat.engines.mlx.engine import MlxEngine
 
     eng = MlxEngine(LoadPlan(backend="mlx", placement="cpu", n_gpu_layers=0, n_ctx=2048,
@@ -318,7 +316,7 @@ def test_mlx_logprobs(mlx_random):
 
 def test_mlx_constraint_starts_after_the_reasoning():
     pytest.importorskip("mlx_lm")
-    from mlx_fixture import shared_model
+    from support.mlx_fixture import shared_model
     from pocketchat.engines.mlx.engine import MlxEngine
 
     eng = MlxEngine(LoadPlan(backend="mlx", placement="cpu", n_gpu_layers=0, n_ctx=512,

@@ -14,7 +14,7 @@ from pocketchat.select import catalog, fit, measured
 from pocketchat.select.measured import Calibration, SpeedRecord
 from pocketchat.select.profile import load_profile
 
-from conftest import PROFILES
+from support import PROFILES
 
 
 def test_measured_figure_for_the_build_and_calibrated_estimates_for_the_rest():

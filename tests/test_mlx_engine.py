@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from mlx_fixture import CONTEXT, shared_model, write_tiny_llama
+from support.mlx_fixture import CONTEXT, shared_model, write_tiny_llama
 from pocketchat.errors import (
     BackendMissing,
     CorruptModel,
@@ -273,7 +273,7 @@ def test_untrimmable_cache_restarts_from_the_checkpoint(untrimmable):
 def test_pockets_hybrid_architecture_reuses_its_checkpoint(tmp_path):
     """qwen3_5_moe at toy size: DeltaNet state (ArraysCache) + KV layers, experts."""
     pytest.importorskip("mlx_lm")
-    from mlx_fixture import write_tiny_qwen35_moe
+    from support.mlx_fixture import write_tiny_qwen35_moe
     from pocketchat.engines.mlx.engine import MlxEngine
 
     folder = write_tiny_qwen35_moe(tmp_path / "hybrid")

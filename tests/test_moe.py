@@ -6,10 +6,8 @@ import ctypes
 
 import pytest
 
-from engine_makers import llama_plan
+from support.engine_makers import llama_plan
 from pocketchat.engines.llamacpp import moe
-from tinymoe import tiny_moe  # noqa: F401  (fixture)
-
 pytestmark = pytest.mark.slow  # real models or processes: the second CI lane
 
 POCKET_NAMES = [

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from scripted_engine import Reply, ScriptedEngine
+from support.scripted_engine import Reply, ScriptedEngine
 from pocketchat import cli
 from pocketchat.engines.pooled import PooledEngine, open_pooled
 from pocketchat.engines.types import Message

@@ -10,8 +10,7 @@ import time
 
 import pytest
 
-from serverproc import REPO, ServerProcess
-
+from support.serverproc import REPO, ServerProcess
 openai = pytest.importorskip("openai")
 psutil = pytest.importorskip("psutil")
 
@@ -306,9 +305,6 @@ def test_other_address_without_key_is_refused(tmp_path):
 
 # Thinking: the tiny random-weight qwen35moe (POCKET's architecture) with the Qwen3.5-like
 # template: the generation prompt opens <think>, or prefills an empty block when thinking is off.
-from tinyqwen35 import tiny_qwen35  # noqa: E402,F401 - a fixture
-
-
 def test_thinking_is_reasoning_content_and_can_be_turned_off(tiny_qwen35, tmp_path):
     srv = ServerProcess(["--model", str(tiny_qwen35), "--ctx", "512"], tmp_path)
     try:

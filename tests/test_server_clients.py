@@ -11,8 +11,7 @@ import re
 
 import pytest
 
-from serverproc import ServerProcess
-
+from support.serverproc import ServerProcess
 openai = pytest.importorskip("openai")
 jsonschema = pytest.importorskip("jsonschema")
 pydantic = pytest.importorskip("pydantic")

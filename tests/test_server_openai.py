@@ -11,8 +11,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from serverproc import ServerProcess
-
+from support.serverproc import ServerProcess
 openai = pytest.importorskip("openai")
 jsonschema = pytest.importorskip("jsonschema")
 

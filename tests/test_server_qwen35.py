@@ -12,9 +12,8 @@ import json
 
 import pytest
 
-import tinyqwen35
-from serverproc import ServerProcess
-
+from support import tinyqwen35
+from support.serverproc import ServerProcess
 openai = pytest.importorskip("openai")
 jsonschema = pytest.importorskip("jsonschema")
 

@@ -12,8 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hubserver import hub  # noqa: F401  (fixture)
-from test_store import blob
+from support.hubserver import blob
 
 from pocketchat.errors import ChecksumMismatch, DiskFull, DownloadError, DownloadInterrupted
 from pocketchat.store import cache, download, inventory, api as store
@@ -27,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def data(hub):  # noqa: F811
+def data(hub):
     content = blob(SIZE, 7)
     hub.add_repo(REPO, {NAME: content})
     return content

@@ -185,8 +185,7 @@ def test_logprobs_follow_the_text_not_the_call():
 
 
 def test_call_format_is_read_from_the_template():
-    from tinyqwen35 import QWEN35_TOOLS_TEMPLATE
-
+    from support.tinyqwen35 import QWEN35_TOOLS_TEMPLATE
     assert call_format(QWEN35_TOOLS_TEMPLATE) == "xml"
     assert call_format("{% for m in messages %}<tool_call>{{ m | tojson }}</tool_call>{% endfor %}") == "json"
     assert call_format("{{ messages }}") == "json"

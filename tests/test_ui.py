@@ -9,9 +9,8 @@ import pytest
 
 from textual import events
 
-from scripted_engine import Factory, Reply, ScriptedEngine
-from uitools import SIZE, answered, make, ready, run, screen_text, send, status_text, wait_for
-
+from support.scripted_engine import Factory, Reply, ScriptedEngine
+from support.uitools import SIZE, answered, make, ready, run, screen_text, send, status_text, wait_for
 from pocketchat import conversations
 from pocketchat.errors import CorruptModel, DownloadError, ModelNotFound
 from pocketchat.engines.types import ChatOptions

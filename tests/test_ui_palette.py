@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from scripted_engine import Reply
-from uitools import SIZE, answered, make, ready, run, screen_text, send
-
+from support.scripted_engine import Reply
+from support.uitools import SIZE, answered, make, ready, run, screen_text, send
 from pocketchat import conversations
 from pocketchat.ui.screens import ConversationsScreen, SystemPromptScreen
 

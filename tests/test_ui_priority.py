@@ -16,9 +16,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sys.platform.startswith("
 SCRIPT = r"""
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
-from scripted_engine import Factory, ScriptedEngine
-from uitools import make, ready, run
-
+from support.scripted_engine import Factory, ScriptedEngine
+from support.uitools import make, ready, run
 seen = []
 
 class Recording(Factory):

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from engine_makers import llama_plan
+from support.engine_makers import llama_plan
 from pocketchat.errors import CorruptModel, EngineCrashed
 from pocketchat.engines.types import ChatOptions, Message
 from pocketchat.modelfile.gguf import check_gguf

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tinymoe import CHAT_TEMPLATE, SPECIALS, byte_symbols
-
+from support.tinymoe import CHAT_TEMPLATE, SPECIALS, byte_symbols
 N_EMBD = 64
 N_HEAD = 4
 N_HEAD_KV = 2

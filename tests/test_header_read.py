@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hubserver import hub  # noqa: F401  (fixture)
 
 from pocketchat.cli import main
 from pocketchat.store import cache
@@ -17,7 +16,7 @@ FIRST = "bytes=0-1048575"
 
 
 @pytest.fixture
-def smol(hub):  # noqa: F811
+def smol(hub):
     from pocketchat.store.starter import starter_path
 
     hub.add_repo(REPO, {"Smol-Q4_1.gguf": starter_path()})

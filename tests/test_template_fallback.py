@@ -61,9 +61,8 @@ def test_a_real_gguf_without_template_uses_the_format_its_tokens_tell_and_says_s
 
 
 def test_the_chat_shows_the_engines_note():
-    from scripted_engine import Factory, ScriptedEngine
-    from uitools import SIZE, ready, run, screen_text
-
+    from support.scripted_engine import Factory, ScriptedEngine
+    from support.uitools import SIZE, ready, run, screen_text
     from pocketchat.engines.types import EngineInfo
     from pocketchat.ui.app import create_app
 

@@ -33,8 +33,7 @@ def test_the_first_dash_p_offline_with_nothing_on_disk_mentions_the_starter(monk
 def test_continue_after_the_chats_model_was_removed_names_it(tmp_path):
     """The real chat, offline: the chat's model file is gone, so the starter is taken (--yes),
     and the chat says which model it was held with."""
-    from uitools import SIZE, ready, run, screen_text, wait_for
-
+    from support.uitools import SIZE, ready, run, screen_text, wait_for
     from pocketchat.commands import chat
     from pocketchat.commands.selection import Selection
     from pocketchat.ui.app import create_app
