@@ -53,7 +53,7 @@ def _llama(path: Path, **kwargs):
     from pocketchat.engines.llamacpp import moe
     from pocketchat.engines.llamacpp.load import model_params_hook
 
-    amx = "AMX" in moe.cpu_extra_buffer_types(llama_cpp)
+    amx = "AMX" in moe.cpu_extra_buffer_types()
 
     def setup(params):
         if amx:

@@ -28,14 +28,14 @@ def free_port() -> int:
 
 
 def start_server(threads: int) -> tuple[subprocess.Popen, str]:
-    from pocketchat.engines import rpc
+    from pocketchat.rpc.wire import reachable
 
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "pocketchat", "rpc-server", "--port", str(port),
                              "--threads", str(threads)], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     endpoint = f"127.0.0.1:{port}"
-    while rpc.reachable(endpoint, timeout=1.0):
+    while reachable(endpoint, timeout=1.0):
         time.sleep(0.2)
     return proc, endpoint
 
@@ -69,11 +69,11 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
-    from pocketchat.engines import rpc
+    from pocketchat.rpc.wire import probe_helper
 
     proc, endpoint = start_server(a.threads)
     try:
-        h = rpc.probe_helper(endpoint)
+        h = probe_helper(endpoint)
         print(f"helper {endpoint}: total {h.total_bytes / 1e9:.1f} GB, rtt {h.rtt_seconds * 1e3:.3f} ms, "
               f"throughput {h.throughput_bytes_s / 1e6:.0f} MB/s")
         out = subprocess.run([sys.executable, "-m", "pocketchat", "bench", "--model", "starter", "--offline",

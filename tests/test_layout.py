@@ -15,12 +15,13 @@ MAY_IMPORT = {
     "types": set(), "errors": set(), "paths": set(), "textsafe": set(),
     "conversations": {"types", "errors", "paths", "textsafe", "engines"},  # Message/Stats only
     "modelfile": BOTTOM,
-    "select": BOTTOM | {"modelfile", "select"},
+    "rpc": BOTTOM | {"rpc"},  # llama.cpp's RPC backend and the ggml binding: below engines
+    "select": BOTTOM | {"modelfile", "select", "rpc"},  # rpc: where llama.cpp's libraries are
     "store": BOTTOM | {"store", "select", "modelfile"},  # select: the catalog of build ids
-    "engines": BOTTOM | {"engines", "modelfile"},
+    "engines": BOTTOM | {"engines", "modelfile", "rpc"},
     "server": BOTTOM | {"server", "engines"},
     "ui": BOTTOM | {"ui", "engines", "select"},
-    "commands": BOTTOM | {"commands", "select", "modelfile", "store", "engines", "ui", "server"},
+    "commands": BOTTOM | {"commands", "select", "modelfile", "rpc", "store", "engines", "ui", "server"},
     "cli": BOTTOM | {"commands"},
     "__main__": {"cli"},
     "__init__": set(),

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pocketchat.engines.rpc import parse_endpoints
+from pocketchat.rpc.endpoints import parse_endpoints
 from pocketchat.errors import UsageError
 from pocketchat.select import catalog, estimate, pool
 from pocketchat.select.profile import load_profile, profile_from_json

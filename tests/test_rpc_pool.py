@@ -16,12 +16,13 @@ import psutil
 import pytest
 
 from pocketchat import cli
-from pocketchat.engines import open_engine, rpc
+from pocketchat.engines import open_engine
 from pocketchat.engines.types import ChatOptions, Message
 from pocketchat.errors import HelperGone, HelperUnreachable, RpcUnavailable
+from pocketchat.rpc import client, ggml, wire
 
 REPO = Path(__file__).resolve().parents[1]
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(rpc.rpc_library() is None,
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(ggml.rpc_library() is None,
                                                    reason="llama-cpp-python built without RPC")]
 GREEDY = ChatOptions(temperature=0.0, seed=1, max_tokens=40, thinking=False)
 QUESTION = [Message("user", "Name three colours.")]
@@ -47,7 +48,7 @@ class Server:
             [sys.executable, "-m", "pocketchat", "rpc-server", "--port", str(self.port), "--threads", "1"],
             cwd=REPO, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.monotonic() + 60
-        while rpc.reachable(self.endpoint, timeout=1.0):
+        while wire.reachable(self.endpoint, timeout=1.0):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise AssertionError(f"rpc-server did not start: {self.proc.stdout.read()}")
             time.sleep(0.2)
@@ -87,7 +88,7 @@ def answer(engine, messages=QUESTION, options=GREEDY) -> str:
 
 
 def test_the_helper_is_asked_for_its_memory_and_the_link_is_timed(server):
-    h = rpc.probe_helper(server.endpoint)
+    h = wire.probe_helper(server.endpoint)
     assert h.total_bytes == psutil.virtual_memory().total and h.reports_total_as_free
     assert 0 < h.rtt_seconds < 0.5 and h.throughput_bytes_s > 1e6
 
@@ -123,7 +124,7 @@ def test_the_layers_really_sit_on_the_rpc_device(server, starter_gguf):
         log = "\n".join(loaded.log)
         assert "RPC0" in log and f"offloaded {plan.n_gpu_layers}/31 layers" in log, log[-2000:]
         # the connection to the helper gets keepalive + TCP_USER_TIMEOUT (a dropped network is noticed)
-        assert rpc.tune_helper_sockets(plan.rpc_servers) >= 1
+        assert client.tune_helper_sockets(plan.rpc_servers) >= 1
     finally:
         loaded.llm.close()
 
@@ -243,14 +244,14 @@ def test_the_chat_keeps_the_conversation_and_reloads_without_the_helper(server):
 def test_probe_reports_rpc_and_rpc_fails_at_once_without_it(monkeypatch, capsys):
     assert cli.main(["--probe"]) == 0
     assert "RPC backend (pool machines with --rpc): yes" in capsys.readouterr().out
-    monkeypatch.setattr(rpc, "rpc_library", lambda: None)
+    monkeypatch.setattr(ggml, "rpc_library", lambda: None)
     assert cli.main(["bench", "--model", "starter", "--rpc", "127.0.0.1:9"]) == 1
     err = capsys.readouterr().err
     assert "built without the RPC backend" in err
     assert ('CMAKE_ARGS="-DGGML_RPC=on" pip install --force-reinstall --no-cache-dir '
             "llama-cpp-python==0.3.36") in err
     with pytest.raises(RpcUnavailable):
-        rpc.require_rpc()
+        ggml.require_rpc()
 
 
 def test_an_unreachable_helper_is_one_clear_error(capsys):
@@ -260,7 +261,7 @@ def test_an_unreachable_helper_is_one_clear_error(capsys):
     assert f"cannot reach the helper at 127.0.0.1:{port}: nothing listens there" in err
     assert "pocketchat rpc-server" in err
     with pytest.raises(HelperUnreachable):
-        rpc.probe_helper(f"127.0.0.1:{port}")
+        wire.probe_helper(f"127.0.0.1:{port}")
 
 
 def test_recommend_rpc_says_what_pooling_buys(server, capsys):

@@ -155,7 +155,7 @@ class Session:
         plan = self.choice.plan
         if plan.rpc_servers and (self.helper_lost or self.alone):
             from pocketchat.commands.pooling import alone_plan
-            from pocketchat.engines.rpc import reachable
+            from pocketchat.rpc.wire import reachable
 
             self.alone = any(reachable(ep) for ep in plan.rpc_servers)
             if self.alone:

@@ -2,7 +2,7 @@
 
 The helpers are asked over RPC for their memory (and the link is timed) once per command;
 select/pool.py decides the build and the split; the plan carries the helpers' endpoints and
-their layers to the engine (engines/rpc.py, engines/llamacpp/load.py).
+their layers to the engine (rpc/client.py, engines/pooled.py, engines/llamacpp/load.py).
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ Pooled = tuple[str, Path, LoadPlan, "Build | None"]
 
 def helpers_for(sel: Selection) -> tuple[Helper, ...]:
     """Check this llama.cpp has the RPC backend, then ask every --rpc helper for its memory."""
-    from pocketchat.engines import rpc
+    from pocketchat.rpc.client import probe_helpers
+    from pocketchat.rpc.ggml import require_rpc
 
-    rpc.require_rpc()
-    return rpc.probe_helpers(sel.rpc)
+    require_rpc()
+    return probe_helpers(sel.rpc)
 
 
 def advice(sel: Selection, profile: HardwareProfile, helpers: tuple[Helper, ...]):

@@ -18,7 +18,7 @@ from pocketchat.errors import UsageError
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    from pocketchat.engines.rpc import DEFAULT_PORT
+    from pocketchat.rpc.endpoints import DEFAULT_PORT
 
     p.description = ("Serve this machine's memory and compute to another pocketchat "
                      "(`pocketchat --rpc HOST:PORT` there).")
@@ -33,7 +33,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def check_address(host: str, port: int, allow_remote: bool) -> None:
     """UsageError unless the address is loopback (or remote is allowed) and the port is free."""
-    from pocketchat.engines.rpc import is_loopback
+    from pocketchat.rpc.endpoints import is_loopback
 
     if not 0 < port < 65536:
         raise UsageError(f"--port {port} is not a port number", hint="Use 1 to 65535.")
@@ -55,11 +55,13 @@ def check_address(host: str, port: int, allow_remote: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pocketchat.engines import rpc
     from pocketchat.paths import settings
+    from pocketchat.rpc import server
+    from pocketchat.rpc.endpoints import is_loopback
+    from pocketchat.rpc.ggml import require_rpc
     from pocketchat.select.estimate import fmt_gb
 
-    rpc.require_rpc()
+    require_rpc()
     check_address(args.host, args.port, args.allow_remote)
     threads = args.threads or max(1, min(_physical_cores(), 32))
     if threads < 1:
@@ -69,21 +71,21 @@ def run(args: argparse.Namespace) -> int:
         cache = settings().cache_dir / "rpc"
         cache.mkdir(parents=True, exist_ok=True)
         cache_dir = str(cache)
-    devices = rpc.server_devices()
-    if not rpc.is_loopback(args.host):
-        print("\n" + rpc.SERVER_WARNING.format(host=args.host) + "\n", file=sys.stderr)
+    devices = server.server_devices()
+    if not is_loopback(args.host):
+        print("\n" + server.SERVER_WARNING.format(host=args.host) + "\n", file=sys.stderr)
     endpoint = f"{args.host}:{args.port}"
     print(f"pocketchat rpc-server on {endpoint} ({threads} threads"
           + (f", cache {cache_dir}" if cache_dir else "") + ")")
-    for _, name, desc, free, total in devices:
-        print(f"  {name}: {desc}, {fmt_gb(total)} ({fmt_gb(free)} free)")
+    for d in devices:
+        print(f"  {d.name}: {d.description}, {fmt_gb(d.total_bytes)} ({fmt_gb(d.free_bytes)} free)")
     print(f"On the main machine: pocketchat --rpc {endpoint if args.host != '0.0.0.0' else 'THIS-HOST:' + str(args.port)}")
     print("Ctrl-C stops it.", flush=True)
     done = threading.Event()
 
     def serve() -> None:
         try:
-            rpc.serve(args.host, args.port, threads, cache_dir, devices)
+            server.serve(args.host, args.port, threads, cache_dir, devices)
         finally:
             done.set()
 

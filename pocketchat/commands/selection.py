@@ -40,7 +40,7 @@ class Selection:
         if "hardware" in values:
             values["hardware"] = Path(values["hardware"])
         if "rpc" in values:
-            from pocketchat.engines.rpc import parse_endpoints
+            from pocketchat.rpc.endpoints import parse_endpoints
 
             values["rpc"] = parse_endpoints(values["rpc"])
         return cls(**values).checked()

@@ -19,19 +19,20 @@ def open_engine(plan: "LoadPlan", path: Path, *, name: str | None = None,
     the model is loaded. For a loading screen, construct `WorkerEngine(..., wait=False)` and
     call its `wait_ready(timeout)`. `in_process=True` runs the backend in this process (tests,
     tools that have no other busy thread). A plan pooled over RPC helpers (`plan.rpc_servers`)
-    gets a `rpc.PooledEngine`, whose crashes name the helper that went away. `chunk_interval`:
-    the shortest time between two chunks of an answer from the worker (the first comes at once;
-    default `child.FLUSH_SECONDS`): a reader that shows text less often needs no more.
+    gets the worker decorated by `pooled.PooledEngine`, whose crashes name the helper that went
+    away. `chunk_interval`: the shortest time between two chunks of an answer from the worker
+    (the first comes at once; default `child.FLUSH_SECONDS`): a reader that shows text less
+    often needs no more.
     """
     kwargs = {} if chunk_interval is None else {"chunk_interval": chunk_interval}
-    if plan.rpc_servers and not in_process:
-        from pocketchat.engines.rpc import open_pooled
-
-        return open_pooled(plan, Path(path), name=name, **kwargs)
     if in_process:
         from pocketchat.engines.child import make_backend
 
         return make_backend(plan, Path(path), name)
     from pocketchat.engines.worker import WorkerEngine
 
+    if plan.rpc_servers:
+        from pocketchat.engines.pooled import open_pooled
+
+        return open_pooled(plan.rpc_servers, lambda: WorkerEngine(plan, Path(path), name=name, **kwargs))
     return WorkerEngine(plan, Path(path), name=name, **kwargs)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import platform
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
+from pocketchat.rpc.ggml import library_names, rpc_library
 from pocketchat.types import GPU, GiB, HardwareProfile
 
 GPU_LIB_PATTERN = re.compile(r"ggml-(cuda|hip|vulkan|metal|sycl|musa|opencl|cann)", re.I)
@@ -226,23 +226,9 @@ def installed_backends() -> list[str]:
     return found
 
 
-def _llama_libs() -> list[str] | None:
-    """File names in the installed llama_cpp's lib folder; None if it is not installed."""
-    spec = importlib.util.find_spec("llama_cpp")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for folder in spec.submodule_search_locations:
-        try:
-            return os.listdir(Path(folder) / "lib")
-        except OSError:
-            continue
-    return None
-
-
 def llama_rpc() -> bool | None:
     """Whether the installed llama.cpp has the RPC backend (libggml-rpc); None if not installed."""
-    names = _llama_libs()
-    return None if names is None else any("ggml-rpc" in n for n in names)
+    return None if library_names() is None else rpc_library() is not None
 
 
 def llama_gpu_offload() -> bool | None:
@@ -251,14 +237,5 @@ def llama_gpu_offload() -> bool | None:
     Read from the shared libraries it ships (libggml-cuda, -hip, -vulkan, -metal ...), which
     answers what `llama_supports_gpu_offload()` would without loading the native library.
     """
-    spec = importlib.util.find_spec("llama_cpp")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for folder in spec.submodule_search_locations:
-        lib = Path(folder) / "lib"
-        try:
-            names = os.listdir(lib)
-        except OSError:
-            continue
-        return any(GPU_LIB_PATTERN.search(n) for n in names)
-    return None
+    names = library_names()
+    return None if names is None else any(GPU_LIB_PATTERN.search(n) for n in names)

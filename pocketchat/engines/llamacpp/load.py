@@ -142,8 +142,8 @@ def load_llama(plan: LoadPlan, path: Path, info: GGUFInfo, *,
     # llama.cpp's AMX weight buffers crash in ggml_backend_amx_mul_mat on some Sapphire Rapids
     # class machines (ggml-org/llama.cpp#20824, unfixed); this machine is one. Where AMX is
     # offered, load without the extra weight buffer types: slower prompts, no segfault.
-    extra_bufts = "AMX" not in moe.cpu_extra_buffer_types(llama_cpp)
-    pool = _rpc_devices(plan)  # helpers' devices (engines/rpc.py), kept alive with the model
+    extra_bufts = "AMX" not in moe.cpu_extra_buffer_types()
+    pool = _rpc_devices(plan)  # helpers' devices (rpc/client.py), kept alive with the model
 
     def setup(params: Any) -> None:
         params.use_extra_bufts = extra_bufts and params.use_extra_bufts
@@ -177,10 +177,10 @@ def load_llama(plan: LoadPlan, path: Path, info: GGUFInfo, *,
     if overrides is not None:
         llm._pocketchat_overrides = overrides  # the C array must outlive the model
     if pool is not None:
-        from pocketchat.engines import rpc
+        from pocketchat.rpc.client import tune_helper_sockets
 
         llm._pocketchat_devices = pool
-        rpc.tune_helper_sockets(plan.rpc_servers)
+        tune_helper_sockets(plan.rpc_servers)
     return Loaded(llm, overrides, moe.overridden_tensors(lines), list(lines))
 
 
@@ -188,9 +188,9 @@ def _rpc_devices(plan: LoadPlan) -> Any:
     """The NULL-terminated device array for a pooled plan, or None."""
     if not plan.rpc_servers:
         return None
-    from pocketchat.engines import rpc
+    from pocketchat.rpc.client import device_array, rpc_devices
 
-    return rpc.device_array(rpc.rpc_devices(plan.rpc_servers))
+    return device_array(rpc_devices(plan.rpc_servers))
 
 
 def _load_error(path: Path, exc: Exception, reasons: list[str]) -> Exception:

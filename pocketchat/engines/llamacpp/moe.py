@@ -16,10 +16,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+from pocketchat.rpc.ggml import DEVICE_CPU, binding
+
 # The routed experts only, never the shared expert (`ffn_*_shexp`) or the router (`ffn_gate_inp`):
 # separate gate/up/down tensors, the merged gate_up form, and the "chexps" variant.
 EXPERT_PATTERN = r"\.ffn_(up|down|gate|gate_up)_(ch)?exps"
-GGML_BACKEND_DEVICE_TYPE_CPU = 0
 
 
 def expert_patterns(n_layers: int | None = None) -> list[str]:
@@ -83,72 +84,43 @@ def build_overrides(patterns: Sequence[str], buft: int, buft_name: str = "CPU",
     return BufferOverrides(list(patterns), buft, buft_name, array, keep)
 
 
-def _ggml_library(llama_cpp: Any) -> ctypes.CDLL:
-    """libggml as llama-cpp-python loaded it (the device registry lives there)."""
-    from pathlib import Path
-
-    try:
-        from llama_cpp._ggml import libggml  # type: ignore[attr-defined]
-
-        return libggml
-    except (ImportError, AttributeError, OSError):
-        from llama_cpp._ctypes_extensions import load_shared_library
-
-        return load_shared_library("ggml", Path(llama_cpp.__file__).parent / "lib")
-
-
-def cpu_buffer_type(llama_cpp: Any) -> tuple[int, str]:
+def cpu_buffer_type() -> tuple[int, str]:
     """The CPU device's buffer type (address, name) from ggml's device registry.
 
     This is what `ggml_backend_cpu_buffer_type()` returns, found the way `-ot ...=CPU` finds it,
     so it works whether the CPU backend is linked in or loaded as a plug-in.
     """
-    lib = _ggml_library(llama_cpp)
-    lib.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
-    lib.ggml_backend_dev_by_type.restype = ctypes.c_void_p
-    lib.ggml_backend_dev_buffer_type.argtypes = [ctypes.c_void_p]
-    lib.ggml_backend_dev_buffer_type.restype = ctypes.c_void_p
-    lib.ggml_backend_buft_name.argtypes = [ctypes.c_void_p]
-    lib.ggml_backend_buft_name.restype = ctypes.c_char_p
-    dev = lib.ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU)
+    lib = binding()
+    dev = lib.device_by_kind(DEVICE_CPU)
     if not dev:
         raise RuntimeError("llama.cpp has no CPU device registered")
-    buft = lib.ggml_backend_dev_buffer_type(dev)
+    buft = lib.buffer_type(dev)
     if not buft:
         raise RuntimeError("llama.cpp's CPU device has no buffer type")
-    name = (lib.ggml_backend_buft_name(buft) or b"CPU").decode()
-    return buft, name
+    return buft, lib.buffer_type_name(buft) or "CPU"
 
 
-def cpu_extra_buffer_types(llama_cpp: Any) -> list[str]:
+def cpu_extra_buffer_types() -> list[str]:
     """Names of the CPU backend's extra weight buffer types (e.g. CPU_REPACK, AMX)."""
-    lib = _ggml_library(llama_cpp)
-    lib.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
-    lib.ggml_backend_dev_by_type.restype = ctypes.c_void_p
-    lib.ggml_backend_dev_backend_reg.argtypes = [ctypes.c_void_p]
-    lib.ggml_backend_dev_backend_reg.restype = ctypes.c_void_p
-    lib.ggml_backend_reg_get_proc_address.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-    lib.ggml_backend_reg_get_proc_address.restype = ctypes.c_void_p
-    lib.ggml_backend_buft_name.argtypes = [ctypes.c_void_p]
-    lib.ggml_backend_buft_name.restype = ctypes.c_char_p
-    dev = lib.ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU)
-    reg = lib.ggml_backend_dev_backend_reg(dev) if dev else None
-    fn = lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_dev_get_extra_bufts") if reg else None
-    if not fn:
+    lib = binding()
+    dev = lib.device_by_kind(DEVICE_CPU)
+    reg = lib.device_backend(dev) if dev else None
+    get = lib.proc(reg, "ggml_backend_dev_get_extra_bufts", ctypes.POINTER(ctypes.c_void_p),
+                   ctypes.c_void_p) if reg else None
+    if get is None:
         return []
-    get = ctypes.CFUNCTYPE(ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)(fn)
     arr = get(dev)
     names: list[str] = []
     i = 0
     while arr and arr[i]:
-        names.append((lib.ggml_backend_buft_name(arr[i]) or b"?").decode())
+        names.append(lib.buffer_type_name(arr[i]) or "?")
         i += 1
     return names
 
 
 def cpu_expert_overrides(llama_cpp: Any, n_layers: int | None = None) -> BufferOverrides:
     """The override array that keeps the experts (all, or of the first n layers) on the CPU."""
-    buft, name = cpu_buffer_type(llama_cpp)
+    buft, name = cpu_buffer_type()
     limit = int(llama_cpp.llama_max_tensor_buft_overrides())
     return build_overrides(expert_patterns(n_layers), buft, name, limit=limit)
 

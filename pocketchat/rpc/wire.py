@@ -2,7 +2,7 @@
 
 A client small enough to ask a helper for its memory and to time the link, with timeouts:
 llama.cpp's own client aborts the process when a server cannot be reached, so nothing native
-touches a helper before `reachable()` said yes. Also: parsing and checking HOST:PORT.
+touches a helper before `reachable()` said yes.
 
 Message framing: request = cmd u8 | size u64 | data; reply = size u64 | data (little-endian).
 """
@@ -10,17 +10,14 @@ Message framing: request = cmd u8 | size u64 | data; reply = size u64 | data (li
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import socket
 import struct
 import time
-from typing import Sequence
 
-from pocketchat.errors import HelperUnreachable, UsageError
+from pocketchat.errors import HelperUnreachable
+from pocketchat.rpc.endpoints import split_endpoint
 from pocketchat.types import Helper
 
-
-DEFAULT_PORT = 50052
 PROTO_MAJOR = 7
 CONN_CAPS_SIZE = 24
 PROBE_PAYLOAD = 4 * 1024 * 1024
@@ -34,43 +31,6 @@ GGML_TYPE_I8 = 24
 # name char[64], use_count i32.
 _TENSOR = struct.Struct("<QIQ4I4II16ii10QQQQ64si")
 assert _TENSOR.size == 296
-
-
-# -- endpoints ------------------------------------------------------------------------------
-
-
-def parse_endpoints(text: str | Sequence[str] | None) -> tuple[str, ...]:
-    """`HOST:PORT[,HOST:PORT]` (or a list of them) -> endpoints; UsageError on a bad one."""
-    if not text:
-        return ()
-    items = text.split(",") if isinstance(text, str) else [p for t in text for p in t.split(",")]
-    out: list[str] = []
-    for raw in items:
-        item = raw.strip()
-        host, sep, port = item.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise UsageError(f"--rpc {item!r} is not HOST:PORT",
-                             hint=f"Give the helper's address and port, e.g. --rpc 192.168.1.20:{DEFAULT_PORT}.")
-        endpoint = f"{host.strip('[]')}:{int(port)}"
-        if endpoint not in out:
-            out.append(endpoint)
-    if len(out) > 16:
-        raise UsageError("--rpc takes at most 16 helpers (GGML_RPC_MAX_SERVERS)")
-    return tuple(out)
-
-
-def split_endpoint(endpoint: str) -> tuple[str, int]:
-    host, _, port = endpoint.rpartition(":")
-    return host, int(port)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 # -- the wire protocol (a client small enough to probe a helper safely) -----------------------
