@@ -22,8 +22,8 @@ every column mattered alike. Tensors are written one at a time (the largest, `ou
 0.4 GB), so the 13 GB model never sits in memory.
 
 The vocabulary is a real byte-level BPE: the 256 byte symbols, merges of letter pairs and then
-of random pairs of earlier tokens (each merge makes the next token), and Qwen's special tokens
-at the end; text tokenizes into it as into any BPE vocabulary.
+of random pairs of earlier tokens (each merge makes the next token, at most 16 characters), and
+Qwen's special tokens at the end; text tokenizes into it as into any BPE vocabulary.
 """
 
 from __future__ import annotations
@@ -150,11 +150,16 @@ def bpe_vocab(n_vocab: int, seed: int) -> tuple[list[str], list[int], list[str]]
         for b in letters:
             merge(a, b)
     rng = np.random.default_rng(seed)
+    short = [t for t in tokens if len(t) <= 4]  # the right half of a merge; tokens stay <= 16 long
     while len(tokens) < n_normal:
-        i, j = rng.integers(0, len(tokens), 2)
-        a, b = tokens[int(i)], tokens[int(j)]
-        if len(a) + len(b) <= 12:
-            merge(a, b)
+        i, j = rng.integers(0, 1 << 30, 2)
+        a, b = tokens[int(i) % len(tokens)], short[int(j) % len(short)]
+        if len(a) + len(b) > 16:
+            a = short[int(i) % len(short)]
+        before = len(tokens)
+        merge(a, b)
+        if len(tokens) > before and len(tokens[-1]) <= 4:
+            short.append(tokens[-1])
     types = [int(gguf.TokenType.NORMAL)] * n_normal + [int(gguf.TokenType.CONTROL)] * 3 + [
         int(gguf.TokenType.USER_DEFINED)] * (len(specials) - 3)
     return tokens + specials, types, merges
