@@ -101,13 +101,14 @@ class Sampling:
 
 # Checkpoints of a recurrent state (hybrid models such as POCKET) that the engine's prompt
 # cache keeps in RAM, and the memory estimate counts: at most this many, and this many bytes.
+# A plan may keep fewer (`LoadPlan.checkpoints`) when memory is short; the engine keeps that many.
 MAX_CHECKPOINTS = 4
 MAX_CHECKPOINT_BYTES = 256 * 1024 * 1024  # POCKET's DeltaNet state is ~63 MB: four fit
 
 
-def checkpoint_bytes(recurrent_state_bytes: int) -> int:
-    """RAM the prompt cache's checkpoints may take for a state of this size (0: no recurrent state)."""
-    return min(MAX_CHECKPOINTS * max(recurrent_state_bytes, 0), MAX_CHECKPOINT_BYTES)
+def checkpoint_bytes(recurrent_state_bytes: int, count: int = MAX_CHECKPOINTS) -> int:
+    """RAM `count` checkpoints of a state of this size may take (0: no recurrent state)."""
+    return min(max(count, 0) * max(recurrent_state_bytes, 0), MAX_CHECKPOINT_BYTES)
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,7 @@ class LoadPlan:
     use_mmap: bool = True
     kv_type: str = "f16"
     n_batch: int = 512
+    checkpoints: int = MAX_CHECKPOINTS  # recurrent-state copies the prompt cache may keep
     sampling: Sampling = field(default_factory=Sampling)
     notes: tuple[str, ...] = ()  # what the plan changed from the request, for the user
     # Pooling over llama.cpp's RPC backend: each helper's HOST:PORT and the transformer
@@ -172,8 +174,22 @@ class Helper:
 
 
 @dataclass(frozen=True)
+class Split:
+    """Layers per device of a pool (this machine first, then each helper) and the bytes each holds."""
+
+    layers: tuple[int, ...]
+    memory: tuple[int, ...]
+    budgets: tuple[int, ...]
+    fits: bool
+
+    @property
+    def helper_layers(self) -> tuple[int, ...]:
+        return self.layers[1:]
+
+
+@dataclass(frozen=True)
 class Candidate:
-    """One build judged against one machine."""
+    """One build judged against one budget (this machine, or this machine and helpers)."""
 
     build: Build
     fits: bool
@@ -185,6 +201,12 @@ class Candidate:
     eligible: bool = True
     downloaded: bool = False
     speed_source: str = "estimate"  # or "measured", or a calibrated estimate
+    # What the plan gave up to fit (a smaller context, fewer checkpoints, smaller batches), for
+    # the user; `traded`: it fits only by giving up optional memory, so it ranks after any
+    # build that fits without (a smaller context alone is not a trade: the ladder's own steps).
+    gave_up: tuple[str, ...] = ()
+    traded: bool = False
+    split: Split | None = None  # the layers over the pool, when the budget has helpers
 
     def to_json(self) -> dict[str, Any]:
         b, p = self.build, self.plan
@@ -203,6 +225,8 @@ class Candidate:
             "n_threads": p.n_threads if p else None,
             "cpu_moe": p.cpu_moe if p else None,
             "n_cpu_moe": p.n_cpu_moe if p else None,
+            "n_batch": p.n_batch if p else None,
+            "checkpoints": p.checkpoints if p else None,
             "estimated_memory_bytes": self.estimated_memory_bytes,
             "estimated_decode_tok_s": (
                 round(self.estimated_decode_tok_s, 1)
@@ -214,6 +238,7 @@ class Candidate:
             "eligible": self.eligible,
             "downloaded": self.downloaded,
             "reason": self.reason,
+            "gave_up": list(self.gave_up),
         }
 
 

@@ -28,6 +28,8 @@ CASES = [
     ("linux-nvidia-cpu-only-llama", "en", "POCKET-35B-Q4_K_M", "cpu"),
     ("laptop-8gb", "en", "POCKET-EN-iPhone-mix", "cpu"),
     ("laptop-8gb", "ko", "POCKET-KR-IQ2_M", "cpu"),
+    # 7.3 GB available: the phone build fits only with fewer checkpoints (test_plan_budget.py)
+    ("laptop-8gb-7gb-free", "en", "POCKET-EN-iPhone-mix", "cpu"),
     ("linux-16gb", "ko", "POCKET-KR-160-Q2_K", "cpu"),
     ("linux-20gb", "ko", "POCKET-35B-Q2_K", "cpu"),
     ("linux-32gb-disk-nearly-full", "en", "POCKET-35B-IQ1_M", "cpu"),
@@ -200,3 +202,41 @@ def test_local_file_plan_shrinks_context_then_refuses_with_figures():
         fit.plan_for_file(laptop, 20 * 1024**3, name="big.gguf")
     gpu_box = load_profile(PROFILES / "linux-24gb-nvidia-32gb.json")
     assert fit.plan_for_file(gpu_box, 5 * 1024**3, name="m.gguf").n_gpu_layers == -1
+
+
+def _with_available(name: str, available: int):
+    import json
+
+    from pocketchat.select.profile import profile_from_json
+
+    data = json.loads((PROFILES / f"{name}.json").read_text())
+    return profile_from_json({**data, "ram_available_bytes": available})
+
+
+def test_a_build_on_disk_is_kept_when_less_ram_is_free_for_a_moment():
+    """The choice must not swing to a multi-GB download because other programs hold RAM for a
+    moment: the build on disk stays while it fits at a smaller context or with fewer checkpoints."""
+    whole = recommend("linux-20gb")
+    assert whole.recommended.build.id == "POCKET-35B-Q2_K" and not whole.recommended.traded
+    profile = next(p for p in (_with_available("linux-20gb", gb * 10**8) for gb in range(200, 80, -2))
+                   if (r := fit.plan(p, catalog.builds())).recommended
+                   and r.recommended.build.id != "POCKET-35B-Q2_K")
+    busy = fit.plan(profile, catalog.builds())  # a fresh choice would download another build ...
+    q2 = next(c for c in busy.candidates if c.build.id == "POCKET-35B-Q2_K")
+    assert q2.fits and q2.traded  # ... though the Q2_K still fits, with less context or checkpoints
+    kept = fit.plan(profile, catalog.builds(), downloaded={"POCKET-35B-Q2_K"})
+    assert kept.recommended.build.id == "POCKET-35B-Q2_K"
+    assert kept.recommended.gave_up
+
+
+def test_a_better_build_not_on_disk_is_named_with_its_download():
+    rec = recommend("linux-32gb", downloaded={"POCKET-35B-IQ1_M"})
+    assert rec.recommended.build.id == "POCKET-35B-IQ1_M"
+    assert "already downloaded. POCKET-35B-Q4_K_M would be better here" in rec.recommended.reason
+    assert "`pocketchat download POCKET-35B-Q4_K_M`" in rec.recommended.reason
+
+
+def test_a_build_on_disk_that_no_longer_fits_is_named():
+    rec = recommend("linux-32gb-busy-ram", downloaded={"POCKET-35B-IQ1_M"})
+    assert rec.recommended.build.id == "POCKET-EN-PC-mix"
+    assert "On disk, POCKET-35B-IQ1_M does not fit the memory free now" in rec.recommended.reason

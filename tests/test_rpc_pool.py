@@ -93,6 +93,22 @@ def test_the_helper_is_asked_for_its_memory_and_the_link_is_timed(server):
     assert 0 < h.rtt_seconds < 0.5 and h.throughput_bytes_s > 1e6
 
 
+def test_a_busy_helper_is_said_to_be_busy_and_serves_the_next_client(server):
+    holder = wire.RpcWire(server.endpoint)  # another pocketchat holds the helper
+    try:
+        with pytest.raises(HelperUnreachable) as err:
+            wire.probe_helper(server.endpoint, timeout=1.0)
+        assert "is another pocketchat using it?" in err.value.message
+        assert "is not a pocketchat" not in err.value.message
+        assert holder.device_count() >= 1  # the holder's session is undisturbed
+    finally:
+        holder.close()
+    deadline = time.monotonic() + 30  # the helper gets past the probe's connection, then answers
+    while (why := wire.reachable(server.endpoint)) and time.monotonic() < deadline:
+        pass
+    assert why is None and server.proc.poll() is None
+
+
 def test_pooled_starter_answers_like_the_local_one(server, starter_gguf):
     choice = pooled_choice(server.endpoint)
     plan = choice.plan

@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(_json(choice, size, args, runs[0]) | {
             "runs": [_json(choice, size, args, r) for r in runs]}, indent=2))
         return 0
-    print(visible(_table(choice.name, size, runs)))
+    print(visible(_table(choice.label, size, runs)))
     return 0
 
 
@@ -162,8 +162,8 @@ def _measure(plan, choice, args: argparse.Namespace):
     from pocketchat.errors import HelperGone
 
     if not args.json:
-        print(visible(f"loading {choice.name} ({plan.describe()}) ..."), file=sys.stderr)
-    engine = open_engine(plan, choice.path, name=choice.name, in_process=args.in_process)
+        print(visible(f"loading {choice.label} ({plan.describe()}) ..."), file=sys.stderr)
+    engine = open_engine(plan, choice.path, name=choice.label, in_process=args.in_process)
     try:
         rng = random.Random(1234)
         _last(engine.chat([Message("user", "Hi")], ChatOptions(max_tokens=4)))  # warm-up
@@ -180,7 +180,7 @@ def _measure(plan, choice, args: argparse.Namespace):
 def _json(choice, size: int, args: argparse.Namespace, run) -> dict:
     plan, info, results = run
     return {
-        "model": choice.name, "path": str(choice.path), "size_bytes": size,
+        "model": choice.label, "path": str(choice.path), "size_bytes": size,
         "backend": info.backend, "placement": plan.placement,
         "placement_detail": info.placement,
         "n_threads": plan.n_threads, "n_threads_batch": plan.n_threads_batch,
@@ -209,7 +209,7 @@ def record_speed(choice, sel, tok_s: float) -> None:
         facts = gguf_facts(choice.path)
         if facts is None:
             return
-        build = est.build_from_facts(facts, choice.name)
+        build = est.build_from_facts(facts, choice.label)  # recorded as shown
     profile = sel.profile()
     estimate = est.decode_tok_s(build, plan.placement, cpu_bandwidth_gbps=profile.memory_bandwidth_gbps,
                                 threads=plan.n_threads, gpu=fit.main_gpu(profile),
@@ -241,18 +241,18 @@ def _run_turns(plan, choice, args: argparse.Namespace) -> int:
     from pocketchat.engines import open_engine
 
     if not args.json:
-        print(visible(f"loading {choice.name} ({plan.describe()}) ..."), file=sys.stderr)
-    engine = open_engine(plan, choice.path, name=choice.name, in_process=args.in_process)
+        print(visible(f"loading {choice.label} ({plan.describe()}) ..."), file=sys.stderr)
+    engine = open_engine(plan, choice.path, name=choice.label, in_process=args.in_process)
     try:
         rows = run_turns(engine, args.turns, thinking=args.thinking == "on")
     finally:
         engine.close()
     if args.json:
         print(json.dumps({
-            "model": choice.name, "path": str(choice.path), "backend": engine.info.backend,
+            "model": choice.label, "path": str(choice.path), "backend": engine.info.backend,
             "placement": plan.placement, "n_ctx": engine.info.n_ctx, "thinking": args.thinking,
             "worker": not args.in_process, "results": [r.as_dict() for r in rows],
         }, indent=2))
     else:
-        print(visible(table(choice.name, rows)))
+        print(visible(table(choice.label, rows)))
     return 0

@@ -83,8 +83,10 @@ def model_of(conversation: conversations.Conversation) -> str | None:
     from pocketchat.errors import ModelNotFound
     from pocketchat.select import catalog
 
+    from pocketchat.store.starter import STARTER_LABEL
+
     name = conversation.model
-    if name.endswith("(starter)"):
+    if name == STARTER_LABEL:
         return STARTER
     try:
         return catalog.get(name).id
@@ -108,7 +110,7 @@ def describe_setup(sel: Selection, choice: ModelChoice | None) -> str:
     except Exception as exc:  # noqa: BLE001 - an info screen must not break the chat
         body = f"(hardware details unavailable: {exc})"
     plan = choice.plan.describe() if choice else "not loaded"
-    head = f"# Hardware and recommendation\n\nRunning **{choice.name if choice else '-'}** ({plan}).\n"
+    head = f"# Hardware and recommendation\n\nRunning **{choice.label if choice else '-'}** ({plan}).\n"
     return f"{head}\n```text\n{body}\n```"
 
 
@@ -145,7 +147,7 @@ class Session:
         self.about = describe_setup(sel, choice)
         for note in choice.plan.notes:
             hooks.note(note)
-        hooks.status(f"Loading {choice.name}")
+        hooks.status(f"Loading {choice.label}")
 
     def open_engine(self) -> Engine:
         """The engine for the choice; after a helper went away (Ctrl+R), without it if it is still gone."""
@@ -162,7 +164,7 @@ class Session:
                 plan = alone_plan(self.sel, self.choice)
         from pocketchat.ui.streaming import CHUNK_INTERVAL
 
-        engine = open_engine(plan, self.choice.path, name=self.choice.name,
+        engine = open_engine(plan, self.choice.path, name=self.choice.label,
                              chunk_interval=CHUNK_INTERVAL)
         self.engine = engine
         return engine

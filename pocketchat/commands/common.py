@@ -1,4 +1,10 @@
-"""Choosing the model a command runs: one path from the Selection to a file and its load plan."""
+"""Choosing the model a command runs: one path from the Selection to a file and its load plan.
+
+`choose_model` classifies --model once (`store.spec.parse_spec`), then: the starter or a local
+file is planned from its header; a catalog build is judged, checked and fetched; a Hub name is
+checked before its download (its header over HTTP) and fetched; no --model takes the
+recommendation. With --rpc the same path runs with the helpers' memory in the budget.
+"""
 
 from __future__ import annotations
 
@@ -21,11 +27,16 @@ class ModelChoice:
     plan: LoadPlan
     build: Build | None = None
     recommendation: Recommendation | None = None
+    starter: bool = False  # the embedded starter model
 
+    @property
+    def label(self) -> str:
+        """The name shown to the user (the chat's header, bench, a saved chat's model)."""
+        if self.starter:
+            from pocketchat.store.starter import STARTER_LABEL
 
-def _is_local(spec: str) -> bool:
-    p = Path(spec).expanduser()
-    return p.exists() or spec.endswith(".gguf") or spec.startswith((".", "/", "~"))
+            return STARTER_LABEL
+        return self.name
 
 
 def recommend(sel: Selection, profile: HardwareProfile | None = None) -> Recommendation:
@@ -46,19 +57,24 @@ def recommend(sel: Selection, profile: HardwareProfile | None = None) -> Recomme
                     threads=sel.threads, downloaded=downloaded, speeds=speeds)
 
 
-def _file_plan(sel: Selection, profile: HardwareProfile, path: Path, name: str, **kw) -> LoadPlan:
-    """The plan for a model file outside the catalog, within the context it was trained for."""
+def _file_plan(sel: Selection, budget, path: Path, name: str, *, starter: bool = False) -> LoadPlan:
+    """The plan for a model file outside the catalog, within the context it was trained for
+    (`budget`: this machine, or it and the helpers)."""
     from pocketchat.select import fit
 
     backend = "mlx" if path.is_dir() else "llama.cpp"
     if sel.backend and sel.backend != backend:
         kind = "an MLX folder" if backend == "mlx" else "a GGUF file"
         raise UsageError(f"{name} is {kind}, which runs on {backend}, not on --backend {sel.backend}",
-                     hint=f"Leave --backend out, or give a model made for {sel.backend}.")
+                         hint=f"Leave --backend out, or give a model made for {sel.backend}.")
     facts = gguf_facts(path) if backend == "llama.cpp" else None
+    if budget.pooled:
+        from pocketchat.commands.pooling import check_splittable
+
+        check_splittable(path, facts)
     max_ctx = facts.context_length if facts is not None else trained_context(path)
-    return fit.plan_for_file(profile, model_size(path), n_ctx=sel.ctx, backend=backend,
-                             max_ctx=max_ctx, threads=sel.threads, name=name, facts=facts, **kw)
+    return fit.plan_for_file(budget, model_size(path), n_ctx=sel.ctx, backend=backend, max_ctx=max_ctx,
+                             threads=sel.threads, name=name, facts=facts, starter=starter)
 
 
 def gguf_facts(path: Path | None):
@@ -75,10 +91,11 @@ def gguf_facts(path: Path | None):
         return None  # the engine's own check reports a broken file when it loads it
 
 
-def download_vet(sel: Selection, profile: HardwareProfile | None = None):
+def download_vet(sel: Selection, budget=None):
     """What the store runs on a GGUF's header (read over HTTP Range) before downloading it:
     refuse an architecture this llama.cpp cannot load, or a model that cannot fit this machine
-    (`profile`, else the selection's, probed only when a header is read)."""
+    (`budget`: this machine or it and the helpers; else the selection's machine, probed only
+    when a header is read)."""
 
     def vet(rm, facts) -> None:
         from pocketchat.engines.llamacpp.arch import knows_arch
@@ -89,7 +106,7 @@ def download_vet(sel: Selection, profile: HardwareProfile | None = None):
             raise UnsupportedModel(
                 f"{rm.name} is a {facts.arch!r} model, an architecture the installed llama.cpp "
                 f"cannot load; nothing was downloaded")
-        check_fits(facts, profile or sel.profile(), rm.name)
+        check_fits(facts, budget or sel.profile(), rm.name)
 
     return vet
 
@@ -113,59 +130,64 @@ def trained_context(path: Path) -> int | None:
 def choose_model(sel: Selection, *, confirm=None, progress=None) -> ModelChoice:
     """The model the selection names (or the recommended build), on disk, with its load plan.
 
-    Downloads through the store when needed (asking `confirm`, reporting to `progress`).
-    Raises OfflineError when the build is not on disk and the Hub cannot be reached.
+    Downloads through the store when needed (asking `confirm`, reporting to `progress`), after
+    the checks on the file's header (`download_vet`). With --rpc the helpers' memory joins the
+    budget. Raises OfflineError when the model is not on disk and the Hub cannot be reached.
     """
-    from pocketchat.errors import ModelNotFound
-    from pocketchat.select import catalog
+    from pocketchat.select.budget import Budget
+    from pocketchat.store import api as store
+    from pocketchat.store.spec import parse_spec
+
+    spec = parse_spec(sel.model) if sel.model else None
+    helpers = ()
+    if sel.rpc:  # pooled with helper machines: their memory is part of the budget
+        from pocketchat.commands.pooling import helpers_for
+
+        helpers = helpers_for(sel)
+    budget = Budget(sel.profile(), helpers)
+    if spec is None:
+        return _recommended(sel, budget, confirm=confirm, progress=progress)
+    if spec.build is not None:
+        return _catalog_choice(sel, budget, spec.build, confirm=confirm, progress=progress)
+    path = spec.local or store.ensure(spec, offline=sel.offline, confirm=confirm, progress=progress,
+                                      vet=download_vet(sel, budget))
+    if spec.starter:
+        from pocketchat.store.starter import STARTER_NAME
+
+        name = STARTER_NAME
+    else:
+        name = path.name
+    return ModelChoice(name=name, path=path, plan=_file_plan(sel, budget, path, name, starter=spec.starter),
+                       starter=spec.starter)
+
+
+def _recommended(sel: Selection, budget, *, confirm=None, progress=None) -> ModelChoice:
+    """The best build for the budget (alone: the recommendation; pooled: the pool's), fetched."""
+    from pocketchat.errors import NothingFits
     from pocketchat.select.report import nothing_fits
-
-    if sel.rpc:  # pooled with helper machines: commands/pooling.py
-        from pocketchat.commands.pooling import choose_pooled
-
-        name, path, plan, build = choose_pooled(sel, local=bool(sel.model and _is_local(sel.model)),
-                                                confirm=confirm, progress=progress)
-        return ModelChoice(name=name, path=path, plan=plan, build=build)
-    spec = sel.model
-    profile = sel.profile()
-    if spec == STARTER:
-        from pocketchat.store.starter import STARTER_NAME, STARTER_SAMPLING, starter_path
-
-        path = starter_path()
-        plan = _file_plan(sel, profile, path, STARTER_NAME, sampling=STARTER_SAMPLING)
-        return ModelChoice(name=f"{STARTER_NAME} (starter)", path=path, plan=plan)
-    if spec and _is_local(spec):
-        path = Path(spec).expanduser().resolve()
-        if not path.exists():
-            raise ModelNotFound(f"no model file at {path}",
-                                hint="Give the path of a .gguf file or an MLX model folder.")
-        return ModelChoice(name=path.name, path=path, plan=_file_plan(sel, profile, path, path.name))
-
     from pocketchat.store import api as store
 
-    if spec:
-        try:
-            build = catalog.get(spec)
-        except ModelNotFound:
-            build = None
-        if build is not None:
-            return _catalog_choice(sel, profile, build, confirm=confirm, progress=progress)
-        resolved = store.resolve(spec, offline=sel.offline)  # REPO:QUANT or REPO/FILE
-        path = store.ensure(resolved, offline=sel.offline, confirm=confirm, progress=progress,
-                            vet=download_vet(sel, profile))
-        return ModelChoice(name=path.name, path=path, plan=_file_plan(sel, profile, path, path.name))
+    rec = None
+    if budget.pooled:
+        from pocketchat.commands.pooling import advice
 
-    rec = recommend(sel, profile)
-    if rec.recommended is None or rec.recommended.plan is None:
-        raise nothing_fits(rec)
-    build = rec.recommended.build
-    path = store.ensure(build, offline=sel.offline, confirm=confirm, progress=progress,
-                        vet=download_vet(sel, profile))
-    return ModelChoice(name=build.id, path=path, plan=rec.recommended.plan, build=build, recommendation=rec)
+        adv = advice(sel, budget.machine, budget.helpers)
+        best = adv.pooled
+        if best is None or best.plan is None:
+            raise NothingFits(f"nothing fits this machine and the helpers; {adv.verdict}",
+                              hint="Use --model starter to chat with the small embedded model.")
+    else:
+        rec = recommend(sel, budget.machine)
+        best = rec.recommended
+        if best is None or best.plan is None:
+            raise nothing_fits(rec)
+    path = store.ensure(best.build, offline=sel.offline, confirm=confirm, progress=progress,
+                        vet=download_vet(sel, budget))
+    return ModelChoice(name=best.build.id, path=path, plan=best.plan, build=best.build, recommendation=rec)
 
 
-def _catalog_choice(sel: Selection, profile, build, *, confirm=None, progress=None) -> ModelChoice:
-    """A catalog build asked for by name: judged on this machine (from its own header when on
+def _catalog_choice(sel: Selection, budget, build: Build, *, confirm=None, progress=None) -> ModelChoice:
+    """A catalog build asked for by name: judged on the budget (from its own header when on
     disk), refused when it cannot fit, else fetched."""
     from pocketchat.errors import ModelTooLarge
     from pocketchat.select import fit
@@ -175,13 +197,15 @@ def _catalog_choice(sel: Selection, profile, build, *, confirm=None, progress=No
     facts = gguf_facts(local) if build.format == "gguf" else None
     if facts is not None:  # on disk: plan from its own header, not the catalog's figures
         build = replace(build, facts=facts)
-    cand = fit.judge(build, profile, lang=sel.lang, n_ctx=sel.ctx, backend=sel.backend,
+    cand = fit.judge(build, budget, lang=sel.lang, n_ctx=sel.ctx, backend=sel.backend,
                      threads=sel.threads, downloaded=local is not None, forced=True)
     if cand.plan is None:
-        raise ModelTooLarge(f"{build.id} does not fit this machine: {cand.reason}",
-                            hint="Run `pocketchat --recommend` to see the builds that fit.")
+        where = "this machine and the helpers" if budget.pooled else "this machine"
+        run = "pocketchat --recommend --rpc ..." if budget.pooled else "pocketchat --recommend"
+        raise ModelTooLarge(f"{build.id} does not fit {where}: {cand.reason}",
+                            hint=f"Run `{run}` to see the builds that fit.")
     path = store.ensure(build, offline=sel.offline, confirm=confirm, progress=progress,
-                        vet=download_vet(sel, profile))
+                        vet=download_vet(sel, budget))
     return ModelChoice(name=build.id, path=path, plan=cand.plan, build=build)
 
 

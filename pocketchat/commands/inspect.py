@@ -15,30 +15,35 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.description = ("Read a model's GGUF header (from disk, or the first MB over HTTP from the Hub) and "
                      "show its architecture, the memory it needs per context size and how it fits this "
                      "machine. Nothing is downloaded.")
-    p.add_argument("spec", metavar="MODEL", help="a build id, REPO:QUANT, REPO/FILE.gguf or a local .gguf file")
+    p.add_argument("spec", metavar="MODEL",
+                   help="a build id, REPO:QUANT, REPO/FILE.gguf, a local .gguf file or 'starter'")
     p.add_argument("--json", action="store_true", help="print JSON")
     add_selection_args(p, model=False)
 
 
 def read_facts(spec: str, offline: bool):
-    """(name, facts, where the header came from) for a local file, a model on disk, or the Hub."""
+    """(name, facts, where the header came from) for the starter, a local file, a model on
+    disk, or one on the Hub (its header read over HTTP Range)."""
     from pocketchat.commands.common import gguf_facts
     from pocketchat.errors import CorruptModel, ModelNotFound
     from pocketchat.modelfile.facts import facts_of
     from pocketchat.modelfile.gguf import check_gguf
     from pocketchat.store import api as store
+    from pocketchat.store.spec import parse_spec
 
-    path = Path(spec).expanduser()
-    if path.is_file():
-        return path.name, facts_of(check_gguf(path)), str(path.resolve())
-    if path.is_dir():
+    s = parse_spec(spec)
+    if s.folder:
         raise CorruptModel(f"{spec} is a folder; inspect reads GGUF files",
                            hint="Give a .gguf file, a build id, REPO:QUANT or REPO/FILE.gguf.")
-    local = store.local_path(spec)
+    if s.local is not None:  # the starter, or a file here
+        from pocketchat.store.starter import STARTER_NAME
+
+        return (STARTER_NAME if s.starter else s.local.name), facts_of(check_gguf(s.local)), str(s.local)
+    local = store.local_path(s)
     facts = gguf_facts(local) if local is not None else None
     if facts is not None:
         return spec, facts, str(local)
-    rm = store.resolve(spec, offline=offline)
+    rm = store.resolve(s, offline=offline)
     if rm.format != "gguf" or rm.offline:
         why = "an MLX folder" if rm.format != "gguf" else "not on disk, and the Hub was not asked (offline)"
         raise ModelNotFound(f"cannot read the header of {spec}: {why}",
@@ -61,13 +66,12 @@ def report(name: str, facts, where: str, sel: Selection) -> dict:
 
     profile = sel.profile()
     rows = memory_table(facts, profile, name)
-    build = build_from_facts(facts, name)
-    plan = None
+    plan, gave_up = None, ()
     try:
         check_fits(facts, profile, name)
-        ctx, best = fit.choose_ctx(build, profile, sel.backend, sel.ctx, facts.context_length)
-        if best is not None:
-            plan = fit.make_plan(build, best, ctx, profile, threads=sel.threads)
+        cand = fit.judge(build_from_facts(facts, name), profile, n_ctx=sel.ctx, backend=sel.backend,
+                         threads=sel.threads, downloaded=True, forced=True)
+        plan, gave_up = cand.plan, cand.gave_up
         verdict = (f"fits: {plan.describe()}; context {plan.n_ctx}" if plan
                    else f"does not fit at --ctx {sel.ctx}")
     except ModelTooLarge as exc:
@@ -80,7 +84,7 @@ def report(name: str, facts, where: str, sel: Selection) -> dict:
         "memory": [{"n_ctx": r.n_ctx, **asdict(r.need), "total": r.need.total,
                     "placement": r.placement.placement if r.placement else None,
                     "n_cpu_moe": r.placement.n_cpu_moe if r.placement else None} for r in rows],
-        "plan": asdict(plan) if plan else None, "verdict": verdict,
+        "plan": asdict(plan) if plan else None, "verdict": verdict, "gave_up": list(gave_up),
     }
 
 
@@ -120,6 +124,8 @@ def format_report(d: dict) -> str:
              fmt_gb(r["checkpoints"]), fmt_gb(r["compute"]), fmt_gb(r["overhead"]), fmt_gb(r["total"]), place),
             (7, 10, 10, 10, 10, 10, 10, 10, 22))))
     lines += ["", f"  on this machine: {d['verdict']}"]
+    if d["gave_up"]:
+        lines.append(f"  gave up to fit: {', '.join(d['gave_up'])}")
     return "\n".join(lines)
 
 

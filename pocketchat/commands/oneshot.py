@@ -72,7 +72,7 @@ def run(args: argparse.Namespace, sel: Selection) -> int:
     question = read_prompt(args)
     for note in choice.plan.notes:
         print(visible(f"note: {note}"), file=sys.stderr)
-    engine = open_engine(choice.plan, choice.path, name=choice.name)
+    engine = open_engine(choice.plan, choice.path, name=choice.label)
     try:
         for note in engine.info.notes:
             print(visible(f"note: {note}"), file=sys.stderr)

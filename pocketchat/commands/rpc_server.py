@@ -63,9 +63,11 @@ def run(args: argparse.Namespace) -> int:
 
     require_rpc()
     check_address(args.host, args.port, args.allow_remote)
-    threads = args.threads or max(1, min(_physical_cores(), 32))
-    if threads < 1:
-        raise UsageError("--threads must be at least 1")
+    from pocketchat.select.defaults import cpu_threads
+    from pocketchat.select.fit import check_request
+
+    check_request(threads=args.threads)
+    threads = args.threads or cpu_threads(_physical_cores())
     cache_dir = None
     if args.cache:
         cache = settings().cache_dir / "rpc"

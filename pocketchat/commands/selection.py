@@ -13,9 +13,10 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from pocketchat.errors import UsageError
+from pocketchat.store.spec import STARTER
 from pocketchat.types import Backend, HardwareProfile
 
-STARTER = "starter"
+__all__ = ["STARTER", "Selection", "add_selection_args"]
 
 
 @dataclass(frozen=True)

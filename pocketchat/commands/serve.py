@@ -64,7 +64,7 @@ def model_id(choice) -> str:
     """The name clients send as `model`: the build id, or the file's name."""
     if choice.build is not None:
         return choice.build.id
-    return choice.name.removesuffix(" (starter)")
+    return choice.name
 
 
 def run(args: argparse.Namespace) -> int:
@@ -119,15 +119,15 @@ def _serve(args: argparse.Namespace, choice, sock: socket.socket, api_key: str |
             if server is not None:
                 server.should_exit = True
 
-    host = EngineHost(lambda: open_engine(choice.plan, choice.path, name=choice.name),
+    host = EngineHost(lambda: open_engine(choice.plan, choice.path, name=choice.label),
                       queue_size=args.queue, on_state=on_state)
-    aliases = [a for a in (args.model, choice.name) if a and a != name]
+    aliases = [a for a in (args.model, choice.label) if a and a != name]
     info = {"max_model_len": choice.plan.n_ctx,
             "meta": {"backend": choice.plan.backend, "placement": choice.plan.describe(),
                      "n_ctx": choice.plan.n_ctx}}
     app = create_app(host, model_id=name, aliases=aliases, api_key=api_key,
                      loopback_only=loopback, model_info=info)
-    print(one_line(f"loading {choice.name} ({choice.plan.describe()}); listening on {url}"
+    print(one_line(f"loading {choice.label} ({choice.plan.describe()}); listening on {url}"
                    + ("" if loopback else " (API key required)")), file=sys.stderr, flush=True)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
                             timeout_graceful_shutdown=3)

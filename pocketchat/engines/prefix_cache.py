@@ -128,7 +128,7 @@ class PrefixCache:
 
     def save_checkpoint(self) -> None:
         """Copy the state as it is now (after `self.tokens`), within the bounds."""
-        if self.trimmable or not self.tokens:
+        if self.trimmable or not self.tokens or self.max_count <= 0:
             return
         key = tuple(self.tokens)
         self.checkpoints = [c for c in self.checkpoints if c.tokens != key]

@@ -15,12 +15,18 @@ import struct
 import time
 
 from pocketchat.errors import HelperUnreachable
-from pocketchat.rpc.endpoints import split_endpoint
+from pocketchat.rpc.endpoints import DEFAULT_PORT, split_endpoint
 from pocketchat.types import Helper
 
 PROTO_MAJOR = 7
 CONN_CAPS_SIZE = 24
+HELLO_REPLY_SIZE = 4 + CONN_CAPS_SIZE  # major, minor, patch, pad, conn_caps (v7); 3 bytes before
 PROBE_PAYLOAD = 4 * 1024 * 1024
+# Sent only to a server that stays silent after HELLO: a line any line-based server answers (an
+# HTTP server with an error status). A busy rpc-server has not accepted the connection yet; when
+# it does, it reads HELLO, then this as an unknown command, and drops the connection.
+NUDGE = b"HEAD / HTTP/1.0\r\n\r\n"
+NUDGE_WAIT_S = 1.0
 
 # rpc_cmd values (ggml-rpc.cpp; HELLO is pinned at 14 across versions).
 ALLOC_BUFFER, GET_ALIGNMENT, BUFFER_GET_BASE, FREE_BUFFER = 0, 1, 3, 4
@@ -48,9 +54,10 @@ class RpcWire:
             why = "nothing listens there" if isinstance(exc, ConnectionRefusedError) else str(exc)
             raise HelperUnreachable(f"cannot reach the helper at {endpoint}: {why}",
                                     endpoint=endpoint) from exc
+        self.timeout = timeout
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            reply = self.call(HELLO, bytes(CONN_CAPS_SIZE), 4 + CONN_CAPS_SIZE)
+            reply = self._hello()
         except HelperUnreachable:
             self.close()
             raise
@@ -89,18 +96,69 @@ class RpcWire:
         return self._recv(size)
 
     def _recv(self, n: int) -> bytes:
+        data, err = self._read(n)
+        if err is not None:
+            raise self._silent(err)
+        return data
+
+    def _read(self, n: int) -> tuple[bytes, OSError | None]:
+        """Up to `n` bytes, and why fewer came (the socket's error, or closed), else None."""
         buf = bytearray()
-        try:
-            while len(buf) < n:
+        while len(buf) < n:
+            try:
                 part = self.sock.recv(n - len(buf))
-                if not part:
-                    raise ConnectionResetError("connection closed")
-                buf += part
-        except OSError as exc:  # socket.timeout is a TimeoutError, an OSError
-            raise HelperUnreachable(
-                f"the helper at {self.endpoint} did not answer ({exc}); it serves one client at a "
-                "time: is another pocketchat using it?", endpoint=self.endpoint) from exc
-        return bytes(buf)
+            except OSError as exc:  # socket.timeout is a TimeoutError, an OSError
+                return bytes(buf), exc
+            if not part:
+                return bytes(buf), ConnectionResetError("connection closed")
+            buf += part
+        return bytes(buf), None
+
+    def _silent(self, err: OSError) -> HelperUnreachable:
+        return HelperUnreachable(
+            f"the helper at {self.endpoint} did not answer ({err}); it serves one client at a "
+            "time: is another pocketchat using it?", endpoint=self.endpoint)
+
+    # -- HELLO: is this an RPC server, and a free one? ----------------------------------------
+
+    def _hello(self) -> bytes:
+        """HELLO's reply; HelperUnreachable that tells a busy helper from a server that is none."""
+        self.send(HELLO, bytes(CONN_CAPS_SIZE))
+        head, err = self._read(8)
+        if err is None:
+            size = struct.unpack("<Q", head)[0]
+            if 3 <= size <= HELLO_REPLY_SIZE:  # an rpc-server, of this version or an older one
+                return self._recv(size)
+            raise self._not_rpc(head)
+        if head or isinstance(err, ConnectionError):  # a few bytes, or it hung up at once
+            raise self._not_rpc(head) from err
+        if isinstance(err, TimeoutError):
+            answer = self._nudge()
+            if answer is not None:
+                raise self._not_rpc(answer) from err
+        raise self._silent(err) from err
+
+    def _nudge(self) -> bytes | None:
+        """What a silent server answers to a line (b"": it hung up); None while it stays silent."""
+        try:
+            self.sock.sendall(NUDGE)
+            self.sock.settimeout(min(self.timeout, NUDGE_WAIT_S))
+            return self.sock.recv(64)
+        except TimeoutError:
+            return None
+        except OSError:
+            return b""
+
+    def _not_rpc(self, answer: bytes) -> HelperUnreachable:
+        http = answer.startswith(b"HTTP/") or answer.lstrip().lower().startswith((b"<!doctype", b"<html"))
+        what = ("it answers HTTP" if http else
+                "it answers in another protocol" if answer else "it hung up at the RPC greeting")
+        hint = (f"Check HOST:PORT: on the helper machine, `pocketchat rpc-server` prints the "
+                f"address to give --rpc (port {DEFAULT_PORT} unless --port says otherwise).")
+        if not answer:
+            hint += " If it is one, install the same pocketchat and llama-cpp-python version on both machines."
+        return HelperUnreachable(f"the helper at {self.endpoint} is not a pocketchat/llama.cpp RPC "
+                                 f"server ({what})", endpoint=self.endpoint, hint=hint)
 
     # -- commands ----------------------------------------------------------------------------
 

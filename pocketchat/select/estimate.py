@@ -14,7 +14,10 @@ from dataclasses import dataclass
 
 from pocketchat.modelfile.facts import ModelFacts
 from pocketchat.select.catalog import bytes_per_token, expert_bytes
-from pocketchat.types import GPU, MiB, Build, checkpoint_bytes
+from typing import Sequence
+
+from pocketchat.select.budget import Link
+from pocketchat.types import GPU, MAX_CHECKPOINTS, MiB, Build, Helper, checkpoint_bytes
 
 # KV cache at F16: only the 10 full-attention layers hold one:
 # 10 layers x 2 KV heads x 256 head dim x 2 (K and V) x 2 bytes.
@@ -132,8 +135,9 @@ def compute_bytes(facts: ModelFacts, n_ctx: int, *, on_gpu: bool, n_batch: int =
 
 
 def need_from_facts(facts: ModelFacts, n_ctx: int, *, on_gpu: bool = False, kv_type: str = "f16",
-                    n_batch: int = 512) -> MemoryNeed:
-    """Weights + KV cache + recurrent state + compute + runtime + checkpoints, from the header's facts."""
+                    n_batch: int = 512, checkpoints: int = MAX_CHECKPOINTS) -> MemoryNeed:
+    """Weights + KV cache + recurrent state + compute + runtime + `checkpoints` copies of the
+    state, from the header's facts."""
     ctx = effective_ctx(facts, n_ctx)
     elem = KV_ELEM_BYTES.get(kv_type.lower(), 2.0)
     return MemoryNeed(
@@ -142,7 +146,7 @@ def need_from_facts(facts: ModelFacts, n_ctx: int, *, on_gpu: bool = False, kv_t
         state=facts.recurrent_state_bytes,
         compute=compute_bytes(facts, ctx, on_gpu=on_gpu, n_batch=min(n_batch, ctx)),
         overhead=runtime_bytes(facts),
-        checkpoints=checkpoint_bytes(facts.recurrent_state_bytes),
+        checkpoints=checkpoint_bytes(facts.recurrent_state_bytes, checkpoints),
     )
 
 
@@ -180,10 +184,13 @@ def build_from_facts(facts: ModelFacts, name: str, *, repo_id: str = "", filenam
 
 
 def memory_need(build: Build, n_ctx: int, *, kv_bytes_per_token: int = KV_BYTES_PER_TOKEN,
-                on_gpu: bool = False) -> MemoryNeed:
-    """Weights + KV cache + recurrent state + compute buffers + runtime overhead + checkpoints."""
+                on_gpu: bool = False, checkpoints: int = MAX_CHECKPOINTS, n_batch: int = 512) -> MemoryNeed:
+    """Weights + KV cache + recurrent state + compute buffers + runtime overhead + checkpoints.
+
+    `n_batch` counts only with the header's facts: the offline fallback's compute figure is a
+    measured constant."""
     if build.facts is not None:
-        return need_from_facts(build.facts, n_ctx, on_gpu=on_gpu)
+        return need_from_facts(build.facts, n_ctx, on_gpu=on_gpu, checkpoints=checkpoints, n_batch=n_batch)
     state = RECURRENT_STATE_BYTES if build.expert_fraction > 0 else 0
     return MemoryNeed(
         weights=build.size_bytes,
@@ -191,7 +198,7 @@ def memory_need(build: Build, n_ctx: int, *, kv_bytes_per_token: int = KV_BYTES_
         state=state,
         compute=COMPUTE_BASE_BYTES + n_ctx * COMPUTE_PER_TOKEN_BYTES,
         overhead=RUNTIME_OVERHEAD_BYTES,
-        checkpoints=checkpoint_bytes(state),
+        checkpoints=checkpoint_bytes(state, checkpoints),
     )
 
 
@@ -264,6 +271,26 @@ def decode_tok_s(
                              per_token)
     shared = per_token - active_experts
     return 1.0 / (active_experts / cpu_rate + shared / gpu_rate + overhead)
+
+
+def pooled_tok_s(build: Build, cpu_bandwidth_gbps: float | None, helpers: Sequence[Helper],
+                 layers: Sequence[int], *, threads: int, link: Link = Link()) -> float:
+    """Decode speed over a pool: each device reads its share of the weights, plus the links.
+
+    `layers`: this machine's first, then each helper's. A helper's memory bandwidth is its own
+    figure when known, else taken to be this machine's.
+    """
+    facts = pocket_facts(build)
+    n = max(sum(layers), 1)
+    per_token = bytes_per_token(build)
+    seconds = layers[0] / n * per_token / (cpu_gbps(cpu_bandwidth_gbps, threads) * 1e9)
+    used = [i for i, k in enumerate(layers[1:]) if k > 0]
+    for i in used:
+        h = helpers[i]
+        rate = cpu_gbps(h.memory_bandwidth_gbps or cpu_bandwidth_gbps, threads) * 1e9
+        seconds += layers[i + 1] / n * per_token / rate
+        seconds += link.seconds(h, hidden=facts.n_embd, vocab=facts.vocab_size, last=i == used[-1])
+    return 1.0 / seconds
 
 
 def fmt_gb(n: float) -> str:

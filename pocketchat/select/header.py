@@ -14,25 +14,27 @@ from pocketchat.errors import ModelTooLarge
 from pocketchat.modelfile.facts import ModelFacts
 from pocketchat.select import estimate as est
 from pocketchat.select import fit
+from pocketchat.select.budget import Budget
 from pocketchat.select.estimate import MemoryNeed, build_from_facts, fmt_gb
 from pocketchat.types import HardwareProfile
 
 TABLE_CTX = (2048, 8192, 32768, 131072)
 
 
-def check_fits(facts: ModelFacts, profile: HardwareProfile, name: str,
+def check_fits(facts: ModelFacts, profile: Budget | HardwareProfile, name: str,
                backend: str = "llama.cpp") -> fit.Fit:
-    """The fastest placement at the smallest context; ModelTooLarge when none fits."""
+    """The placement the planner would choose on this machine (or it and the helpers: a
+    `Budget`), at any step of its ladder down to the smallest context with every optional byte
+    given up; ModelTooLarge when none fits."""
     build = build_from_facts(facts, name)
-    found = fit.choose_fit(build, profile, fit.MIN_CTX, backend)
-    if found is not None:
-        return found
-    options = fit.placements(build, profile, fit.MIN_CTX, backend)
-    where = options[-1].where if options else "no backend can run it here"
-    need = est.memory_need(build, fit.MIN_CTX)
+    c = fit.choose(build, profile, backend)
+    if c.fit is not None:
+        return c.fit
+    where = c.tried[-1].shortfall if c.tried else "no backend can run it here"
+    need = c.tried[-1].memory if c.tried else est.memory_need(build, c.step.n_ctx).total
     raise ModelTooLarge(
-        f"{name} does not fit this machine: it needs about {fmt_gb(need.total)} even at "
-        f"{fit.MIN_CTX} context ({fmt_gb(need.weights)} of weights), and only {where}; "
+        f"{name} does not fit this machine: it needs about {fmt_gb(need)} even at "
+        f"{c.step.n_ctx} context ({fmt_gb(facts.weight_bytes)} of weights), and {where}; "
         "nothing was downloaded",
         hint="Pick a smaller quantization or model (`pocketchat --recommend` lists the builds that fit).",
     )

@@ -7,7 +7,8 @@ import textwrap
 
 from pocketchat.errors import RPC_REINSTALL, NothingFits
 from pocketchat.select.estimate import DEFAULT_CPU_GBPS, fmt_gb
-from pocketchat.select.fit import DEFAULT_CTX
+from pocketchat.select.budget import cpu_budget
+from pocketchat.select.ladder import DEFAULT_CTX
 from pocketchat.types import Candidate, HardwareProfile, Recommendation
 
 
@@ -50,7 +51,9 @@ def format_recommendation(rec: Recommendation) -> str:
         lines.append(f"Recommended: {r.build.id} ({fmt_gb(r.build.size_bytes)}, {r.build.quant}, {r.build.backend})")
         lines.append(f"  placement: {r.plan.describe()}; context {r.plan.n_ctx}; "
                      f"~{r.estimated_decode_tok_s:.0f} tok/s ({r.speed_source})")
-        lines += _wrap(f"  why: {r.reason}", "       ")
+        lines += _wrap(f"  why: {_without_gave_up(r.reason)}", "       ")
+        if r.gave_up:
+            lines += _wrap(f"  gave up to fit: {', '.join(r.gave_up)}", "       ")
         lines.append(f"  run:  {run_command(r, rec.lang)}")
         stock = llama_cpp_command(r)
         if stock:
@@ -100,10 +103,14 @@ def _table_reason(reason: str) -> str:
     return "; ".join(parts) or "fits"
 
 
+def _without_gave_up(reason: str) -> str:
+    """A reason without its "gives up ..." part (said on a line of its own)."""
+    return "; ".join(p for p in reason.split("; ") if not p.startswith("gives up "))
+
+
 def nothing_fits_summary(rec: Recommendation) -> str:
     """How much is free and what the smallest eligible build needs."""
     hw = rec.hardware
-    from pocketchat.select.fit import cpu_budget
 
     eligible = [c for c in rec.candidates if c.eligible] or list(rec.candidates)
     smallest = min(eligible, key=lambda c: c.estimated_memory_bytes, default=None)

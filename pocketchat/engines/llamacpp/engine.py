@@ -90,7 +90,7 @@ class LlamaCppEngine(EngineBase):
         self._n_batch = max(1, int(lib.llama_n_batch(self._ctx)))
         self._batch = lib.llama_batch_init(self._n_batch, 0, 1)
         self.state = LlamaState(self._ctx, llm.model)
-        self.cache = PrefixCache(self.state)
+        self.cache = PrefixCache(self.state, max_count=plan.checkpoints)
         self._sampler: Any = None
         self._mark: tuple[int, float] | None = None
         self._last: int | None = None

@@ -106,7 +106,7 @@ class MlxEngine(EngineBase):
         self._mentions_think = "<think>" in self._template_source
         self._bos = self._tok.bos_token
         self.state = MlxState(self._model)
-        self.cache = PrefixCache(self.state)
+        self.cache = PrefixCache(self.state, max_count=plan.checkpoints)
         self.state.length = lambda: len(self.cache.tokens)
         self._step = max(MIN_STEP, min(MAX_STEP, plan.n_batch))
         self._init_harness()
