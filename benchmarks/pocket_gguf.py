@@ -52,11 +52,11 @@ POCKET = Qwen35Shape(
     rope_dims=64, rope_sections=(11, 11, 10, 0), rope_base=10_000_000.0,
 )
 POCKET_VOCAB = 248_320
-QUANTS = ("Q2_K", "IQ1_M")
+QUANTS = ("Q2_K", "IQ1_M", "Q3_K_M", "Q4_K_M")
 # ggml_type numbers (gguf.GGMLQuantizationType) and llama_ftype numbers (gguf.LlamaFileType).
 F32, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ2_XXS, IQ1_M = 0, 10, 11, 12, 13, 14, 16, 29
-FILE_TYPE = {"Q2_K": 10, "IQ1_M": 31}
-BASE_TYPE = {"Q2_K": Q2_K, "IQ1_M": IQ1_M}
+FILE_TYPE = {"Q2_K": 10, "IQ1_M": 31, "Q3_K_M": 12, "Q4_K_M": 15}
+BASE_TYPE = {"Q2_K": Q2_K, "IQ1_M": IQ1_M, "Q3_K_M": Q3_K, "Q4_K_M": Q4_K}
 NEEDS_IMATRIX = (IQ1_M, IQ2_XXS)
 WEIGHT_STD = 0.02  # of the random weights before quantizing
 POOL_BLOCKS = 1 << 14  # blocks quantized per type; tensors draw from these
@@ -93,34 +93,53 @@ def _kept_f32(name: str, ne: tuple[int, ...]) -> bool:
             or "ffn_gate_inp.weight" in name or "ssm_conv1d" in name)
 
 
+def _more_bits(i: int, n: int) -> bool:
+    """llama-quant's use_more_bits: the first and last eighth of the layers and every third between."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
 def tensor_types(shape: Qwen35Shape, n_vocab: int, quant: str) -> list[Planned]:
     """Every tensor with the type llama.cpp's quantizer picks for `quant` (see the docstring)."""
     if quant not in QUANTS:
         raise ValueError(f"--quant must be one of {', '.join(QUANTS)}, not {quant!r}")
     base = BASE_TYPE[quant]
     gqa_or_moe = shape.n_head // max(shape.n_head_kv, 1) >= 4 or shape.n_expert >= 4
-    n_ffn_down, i_ffn_down = shape.n_layer, 0
+    n_layer = shape.n_layer
+    table = tensor_table(shape, n_vocab)
+    n_attn_v = sum("attn_v.weight" in t.name or "attn_qkv.weight" in t.name for t in table)
+    i_ffn_down = i_attn_v = 0
     out = []
-    for spec in tensor_table(shape, n_vocab):
+    for spec in table:
         name = spec.name
         if _kept_f32(name, spec.ne):
             out.append(Planned(spec, F32))
             continue
+        layer = int(name.split(".")[1]) if name.startswith("blk.") else -1
         t = base
         if name == "output.weight":
             t = Q5_K if quant == "IQ1_M" else Q6_K
         elif name == "token_embd.weight":
-            t = Q2_K
+            t = Q2_K if quant in ("Q2_K", "IQ1_M") else base
         elif "attn_v.weight" in name or "attn_qkv.weight" in name:
-            t = Q4_K if gqa_or_moe else (Q2_K if quant == "IQ1_M" else Q3_K)
+            if quant == "Q3_K_M":
+                t = Q5_K if i_attn_v < 2 else Q4_K
+            elif quant == "Q4_K_M":
+                t = Q6_K if _more_bits(i_attn_v, n_attn_v) else Q4_K
+            else:
+                t = Q4_K if gqa_or_moe else (Q2_K if quant == "IQ1_M" else Q3_K)
+            i_attn_v += 1
         elif "ffn_down" in name:
             if quant == "Q2_K":
                 t = Q3_K
-            elif i_ffn_down < n_ffn_down // 8:
-                t = Q2_K
+            elif quant == "IQ1_M":
+                t = Q2_K if i_ffn_down < n_layer // 8 else IQ1_M
+            elif quant == "Q3_K_M":
+                t = Q5_K if layer < n_layer // 16 else Q4_K
+            elif quant == "Q4_K_M":
+                t = Q6_K if _more_bits(layer, n_layer) else Q4_K
             i_ffn_down += 1
         elif "attn_output.weight" in name:
-            t = IQ2_XXS if quant == "IQ1_M" else Q3_K
+            t = {"IQ1_M": IQ2_XXS, "Q2_K": Q3_K, "Q3_K_M": Q4_K}.get(quant, base)
         if spec.ne[0] % 256:  # every K and IQ type here has 256-element blocks
             raise ValueError(f"{name}: {spec.ne[0]} columns is not a multiple of 256")
         out.append(Planned(spec, t))

@@ -77,11 +77,22 @@ def child_bare(cfg: dict) -> None:
     def emit(**kv) -> None:
         print(json.dumps(kv), flush=True)
 
+    if cfg.get("no_repack"):  # llama.cpp's --no-repack: `Llama` does not expose use_extra_bufts
+        import llama_cpp.llama as llama_module
+
+        default_params = llama_module.llama_cpp.llama_model_default_params
+
+        def without_repack():
+            params = default_params()
+            params.use_extra_bufts = False
+            return params
+
+        llama_module.llama_cpp.llama_model_default_params = without_repack
     t0 = time.perf_counter()
     llm = llama_cpp.Llama(
         model_path=cfg["path"], n_ctx=cfg["n_ctx"], n_batch=cfg["n_batch"], n_ubatch=cfg["n_batch"],
         n_threads=cfg["threads"], n_threads_batch=cfg["threads_batch"], flash_attn=cfg["flash_attn"],
-        use_mmap=True, verbose=False, **({"use_extra_bufts": False} if cfg.get("no_repack") else {}))
+        use_mmap=True, verbose=False)
     emit(event="loaded", load_s=time.perf_counter() - t0, status=proc_status(os.getpid()))
     if cfg.get("load_only"):
         return
@@ -443,8 +454,12 @@ def measure(run: Runner, path: Path, args: argparse.Namespace, figures: dict) ->
     lines, _, _ = run.child("bare", {**bare_cfg, "threads": 1, "tg": 128},
                             show="bare, 1 thread: Llama(..., n_threads=1); 128 greedy evals")
     tg1 = lines[-1].get("tg_tok_s", float("nan")) if lines else float("nan")
+    lines, peak_nr, _ = run.child("bare", {**bare_cfg, "pp": 512, "tg": 128, "clear_refs": True, "no_repack": True},
+                                  show="bare without repacking (use_extra_bufts=False, llama.cpp's --no-repack): "
+                                       "load, pp512, tg128")
+    nr = {**(lines[0] if lines else {}), **(lines[-1] if lines else {}), "peak": peak_nr}
     speed = {"pocketchat_pp": pc_pp, "pocketchat_tg": pc_tg, "bare_pp": bare_pp, "bare_tg": bare_tg,
-             "bare_tg_1_thread": tg1}
+             "bare_tg_1_thread": tg1, "no_repack": nr}
     figures["speed"] = speed
     print(f"  medians: pocketchat pp512 {med(pc_pp):.1f}, tg128 {med(pc_tg):.2f}; bare pp512 {med(bare_pp):.1f}, "
           f"tg128 {med(bare_tg):.2f} tok/s")
@@ -453,6 +468,10 @@ def measure(run: Runner, path: Path, args: argparse.Namespace, figures: dict) ->
           f"bare {med(bare_tg) / limit:.2f}")
     print(f"  bare decode, 1 thread {tg1:.2f} vs {threads} threads {med(bare_tg):.2f} tok/s "
           f"({med(bare_tg) / tg1:.2f}x)")
+    if "tg_tok_s" in nr:
+        print(f"  bare without repacking: load {nr['load_s']:.1f} s (warm), pp512 {nr['pp_tok_s']:.1f}, "
+              f"tg128 {nr['tg_tok_s']:.2f} tok/s; peak RssAnon {peak_nr['RssAnon'] / GB:.2f} GB, "
+              f"file pages used {nr['referenced']['file_model'] / GB:.2f} GB")
     est = speed_estimate(path, gbps, threads)
     speed["estimate_tok_s"] = est
     print(f"  the plan's speed estimate (select.estimate.decode_tok_s at {gbps:.1f} GB/s): {est:.2f} tok/s, "
