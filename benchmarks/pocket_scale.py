@@ -1,14 +1,14 @@
 """POCKET at the size users run it: write a full-size synthetic POCKET GGUF, then measure it here.
 
-    python benchmarks/pocket_scale.py [--out PATH] [--quant Q2_K|IQ1_M] [--skip-write]
-        [--rounds 3] [--threads N] [--no-cold] [--limit-runs 4] [--turns 6] [--json FILE]
-        [--layers N --experts N --vocab N --seed S]
+    python benchmarks/pocket_scale.py [--out PATH] [--quant Q2_K|IQ1_M|Q3_K_M|Q4_K_M] [--skip-write]
+        [--write-only] [--parts load,speed,repack,memory,limit,turns] [--rounds 3] [--threads N]
+        [--no-cold] [--limit-runs 3] [--turns 6] [--json FILE] [--layers N --experts N --vocab N --seed S]
 
 The model (benchmarks/pocket_gguf.py): `qwen35moe` with POCKET-35B's shape and the build's
 tensor types, random weights quantized by ggml's own quantizer; Q2_K is 12.94 GB and is
 written in about a minute (`--skip-write` reuses the file at `--out`). Needs ~13 GB of disk
-(8.3 GB for IQ1_M) and ~20 GB of RAM to run at full speed; not part of CI. Then, printing each
-figure with the command behind it:
+(8.3 GB for IQ1_M) and ~21 GB of RAM (the model's need plus the pages a load reads once); not
+part of CI. Then, printing each figure with the command behind it (`--parts` picks some):
 
 1. the plan: `pocketchat inspect FILE --json` (memory parts, threads, batch, context);
 2. load time, cold (page cache dropped: `sync; echo 3 > /proc/sys/vm/drop_caches`, needs
@@ -51,6 +51,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -322,7 +323,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, help="the model file (default: POCKET-35B-<QUANT>-synthetic.gguf "
                                              "in pocketchat's cache folder)")
-    ap.add_argument("--quant", default="Q2_K", choices=("Q2_K", "IQ1_M"), help="the build's shape (default Q2_K)")
+    ap.add_argument("--quant", default="Q2_K", choices=("Q2_K", "IQ1_M", "Q3_K_M", "Q4_K_M"),
+                    help="the build's tensor types (default Q2_K)")
     ap.add_argument("--skip-write", action="store_true", help="use the file at --out as it is")
     ap.add_argument("--write-only", action="store_true", help="write the file and stop")
     ap.add_argument("--seed", type=int, default=0)
@@ -332,8 +334,10 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="alternating pocketchat/bare rounds (default 3)")
     ap.add_argument("--threads", type=int, help="threads for both (default: the plan's)")
     ap.add_argument("--no-cold", action="store_true", help="do not drop the page cache for cold loads")
-    ap.add_argument("--limit-runs", type=int, default=4, help="runs bisecting the memory limit (0: skip)")
+    ap.add_argument("--limit-runs", type=int, default=3, help="runs bisecting the memory limit (0: skip)")
     ap.add_argument("--turns", type=int, default=6, help="turns of `bench --turns` (0: skip)")
+    ap.add_argument("--parts", type=lambda v: tuple(x for x in v.split(",") if x), default=PARTS,
+                    help=f"what to measure, comma-separated (default all: {','.join(PARTS)})")
     ap.add_argument("--json", type=Path, help="also write every figure and command here")
     ap.add_argument("--child", nargs=2, metavar=("MODE", "CONFIG"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -382,134 +386,212 @@ def main() -> int:
     return 0
 
 
+PARTS = ("load", "speed", "repack", "memory", "limit", "turns")
+
+
+@dataclass
+class Session:
+    """What the parts share: the runner, the file, the plan, the bare loop's settings, the figures."""
+
+    run: Runner
+    path: Path
+    args: argparse.Namespace
+    figures: dict
+    plan: dict = field(default_factory=dict)
+    row: dict | None = None  # the plan's memory at its context (inspect --json)
+    bare: dict = field(default_factory=dict)
+    threads: int = 1
+    gbps: float = 0.0
+    limit: float = 0.0
+    worker_peaks: list[dict] = field(default_factory=list)  # the pocketchat worker's, per run
+    refs: list[dict] = field(default_factory=list)  # pages referenced in bare runs
+
+
 def measure(run: Runner, path: Path, args: argparse.Namespace, figures: dict) -> None:
+    ses = Session(run, path, args, figures)
+    the_plan(ses)
+    bandwidth(ses)
+    parts = args.parts
+    for name, part in (("load", loads), ("speed", speed), ("repack", no_repack), ("memory", memory),
+                       ("limit", limit_part), ("turns", turns)):
+        if name in parts:
+            part(ses)
+
+
+def _threads_args(ses: Session) -> list[str]:
+    return ["--threads", str(ses.args.threads)] if ses.args.threads else []
+
+
+def the_plan(ses: Session) -> None:
+    print(f"\n== the plan\n  model {ses.path} ({ses.path.stat().st_size / GB:.2f} GB)")
+    data, _ = ses.run.pocketchat("inspect", str(ses.path), "--json", *_threads_args(ses))
+    plan = data.get("plan") or {}
+    if not plan:
+        raise SystemExit(f"the plan does not fit this machine: {data.get('verdict')}")
+    ses.plan = plan
+    ses.row = next((r for r in data["memory"] if r["n_ctx"] == plan["n_ctx"]), None)
+    ses.figures["plan"] = {"plan": plan, "memory": ses.row, "verdict": data.get("verdict")}
+    ses.threads = ses.args.threads or plan["n_threads"]
+    ses.bare = {"path": str(ses.path), "n_ctx": plan["n_ctx"], "n_batch": plan.get("n_batch", 512),
+                "threads": ses.threads, "threads_batch": ses.args.threads or plan["n_threads_batch"],
+                "flash_attn": bool(plan.get("flash_attn"))}
+    print(f"  {data['verdict']}")
+    print(f"  n_ctx {plan['n_ctx']}, threads {ses.threads}, batch {ses.bare['n_batch']}, "
+          f"flash-attn {ses.bare['flash_attn']}, KV {plan.get('kv_type')}")
+    if ses.row:
+        r = ses.row
+        print(f"  memory at n_ctx {r['n_ctx']}: total {r['total'] / GB:.2f} GB = anonymous {r.get('anonymous', 0) / GB:.2f}"
+              f" (repacked weights {r.get('repacked', 0) / GB:.2f}, KV {r['kv_cache'] / GB:.2f}, state "
+              f"{r['state'] / GB:.2f}, checkpoints {r['checkpoints'] / GB:.2f}, compute {r['compute'] / GB:.2f}, "
+              f"runtime {r['overhead'] / GB:.2f}) + file-backed {r.get('mapped', 0) / GB:.2f}; "
+              f"RSS after a load {r.get('resident', 0) / GB:.2f}")
+
+
+def bandwidth(ses: Session) -> None:
     from pocketchat.select.bandwidth import measure_gbps
 
-    print(f"\n== the plan\n  model {path} ({path.stat().st_size / GB:.2f} GB)")
-    plan_data, _ = run.pocketchat("inspect", str(path), "--json", *(["--threads", str(args.threads)] if args.threads else []))
-    plan = plan_data.get("plan") or {}
-    if not plan:
-        raise SystemExit(f"the plan does not fit this machine: {plan_data.get('verdict')}")
-    row = next((r for r in plan_data["memory"] if r["n_ctx"] == plan["n_ctx"]), None)
-    figures["plan"] = {"plan": plan, "memory": row, "verdict": plan_data.get("verdict")}
-    threads = args.threads or plan["n_threads"]
-    bare_cfg = {"path": str(path), "n_ctx": plan["n_ctx"], "n_batch": plan.get("n_batch", 512),
-                "threads": threads, "threads_batch": args.threads or plan["n_threads_batch"],
-                "flash_attn": bool(plan.get("flash_attn"))}
-    print(f"  {plan_data['verdict']}")
-    print(f"  n_ctx {plan['n_ctx']}, threads {threads}, batch {bare_cfg['n_batch']}, "
-          f"flash-attn {bare_cfg['flash_attn']}, KV {plan.get('kv_type')}")
-    if row:
-        parts = ", ".join(f"{k} {row[k] / GB:.2f}" for k in row if isinstance(row[k], int) and k != "n_ctx"
-                          and k not in ("n_cpu_moe",))
-        print(f"  memory at n_ctx {row['n_ctx']} (GB): {parts}")
-
     print("\n== bandwidth and bytes per token")
-    per_token, parts = bytes_per_token(path)
-    gbps = measure_gbps()
-    limit = gbps * GB / per_token
-    figures.update(bytes_per_token=per_token, bytes_per_token_parts=parts, bandwidth_gbps=gbps,
-                   bandwidth_limit_tok_s=limit)
+    per_token, parts = bytes_per_token(ses.path)
+    ses.gbps = measure_gbps()
+    ses.limit = ses.gbps * GB / per_token
+    ses.figures.update(bytes_per_token=per_token, bytes_per_token_parts=parts, bandwidth_gbps=ses.gbps,
+                       bandwidth_limit_tok_s=ses.limit)
     print(f"  weights read per token: {per_token / GB:.3f} GB ("
           + ", ".join(f"{k} {v / GB:.3f}" for k, v in parts.items()) + ")")
-    print(f"  copy bandwidth (pocketchat.select.bandwidth.measure_gbps): {gbps:.1f} GB/s -> "
-          f"limit {limit:.1f} tok/s")
+    print(f"  copy bandwidth (pocketchat.select.bandwidth.measure_gbps): {ses.gbps:.1f} GB/s -> "
+          f"limit {ses.limit:.1f} tok/s")
 
+
+def loads(ses: Session) -> None:
     print("\n== load time (cold: page cache dropped first)")
-    loads: dict[str, dict[str, float]] = {"pocketchat": {}, "bare": {}}
+    out: dict[str, dict[str, float]] = {"pocketchat": {}, "bare": {}}
     for temp in ("cold", "warm"):
-        if temp == "cold" and (args.no_cold or not drop_caches()):
+        if temp == "cold" and (ses.args.no_cold or not drop_caches()):
             print("  cold: skipped (--no-cold, or not root)")
             continue
-        lines, _, _ = run.child("pcload", {"path": str(path)}, show="pocketchat worker: open_engine(plan, FILE)")
-        loads["pocketchat"][temp] = lines[-1]["load_s"] if lines else float("nan")
+        lines, peak, _ = ses.run.child("pcload", {"path": str(ses.path)},
+                                       show="pocketchat worker: open_engine(plan, FILE)")
+        ses.worker_peaks.append(peak)
+        out["pocketchat"][temp] = lines[-1]["load_s"] if lines else float("nan")
         if temp == "cold":
             drop_caches()
-        lines, _, _ = run.child("bare", {**bare_cfg, "load_only": True}, show="bare: llama_cpp.Llama(FILE, ...)")
-        loads["bare"][temp] = lines[-1]["load_s"] if lines else float("nan")
-        print(f"  {temp}: pocketchat {loads['pocketchat'][temp]:.1f} s, bare {loads['bare'][temp]:.1f} s")
-    figures["load_s"] = loads
+        lines, _, _ = ses.run.child("bare", {**ses.bare, "load_only": True}, show="bare: llama_cpp.Llama(FILE, ...)")
+        out["bare"][temp] = lines[-1]["load_s"] if lines else float("nan")
+        print(f"  {temp}: pocketchat {out['pocketchat'][temp]:.1f} s, bare {out['bare'][temp]:.1f} s")
+    ses.figures["load_s"] = out
 
+
+def speed(ses: Session) -> None:
+    args, run = ses.args, ses.run
     print(f"\n== pp512 / tg128, {args.rounds} alternating rounds")
-    pc_pp, pc_tg, bare_pp, bare_tg, pc_peaks, bare_peaks, refs = [], [], [], [], [], [], []
-    bench_args = ["bench", "--model", str(path), "-p", "512", "-n", "128", "-r", "1", "--json",
-                  "--ctx", str(plan["n_ctx"]), *(["--threads", str(args.threads)] if args.threads else [])]
+    pc_pp, pc_tg, bare_pp, bare_tg, loadavgs = [], [], [], [], []
+    bench = ["bench", "--model", str(ses.path), "-p", "512", "-n", "128", "-r", "1", "--json",
+             "--ctx", str(ses.plan["n_ctx"]), *_threads_args(ses)]
     for r in range(args.rounds):
-        data, peak = run.pocketchat(*bench_args)
+        before = loadavg()
+        data, peak = run.pocketchat(*bench)
         res = {x["test"]: x["tok_s"] for x in data["results"]}
         pc_pp.append(res.get("pp512", float("nan")))
         pc_tg.append(res.get("tg128", float("nan")))
-        pc_peaks.append(peak)
-        lines, peak, rc = run.child("bare", {**bare_cfg, "pp": 512, "tg": 128, "clear_refs": True},
-                                    show="bare: Llama(...); eval 512 random tokens; 128 greedy evals")
+        ses.worker_peaks.append(peak)
+        lines, _, rc = run.child("bare", {**ses.bare, "pp": 512, "tg": 128, "clear_refs": True},
+                                 show="bare: Llama(...); eval 512 random tokens; 128 greedy evals")
         done = lines[-1] if lines else {}
         if rc != 0 or "tg_tok_s" not in done:
-            raise SystemExit(f"the bare loop failed: {run.log[-1]['stderr_tail']}")
+            raise SystemExit(f"the bare loop failed: {run.log[-1]['error']}")
         bare_pp.append(done["pp_tok_s"])
         bare_tg.append(done["tg_tok_s"])
-        bare_peaks.append(peak)
-        refs.append(done["referenced"])
+        ses.refs.append(done["referenced"])
+        loadavgs.append((before, loadavg()))
         print(f"  round {r + 1}: pocketchat pp {pc_pp[-1]:.1f} tg {pc_tg[-1]:.2f} | "
               f"bare pp {bare_pp[-1]:.1f} tg {bare_tg[-1]:.2f} tok/s")
-    lines, _, _ = run.child("bare", {**bare_cfg, "threads": 1, "tg": 128},
+    lines, _, _ = run.child("bare", {**ses.bare, "threads": 1, "tg": 128},
                             show="bare, 1 thread: Llama(..., n_threads=1); 128 greedy evals")
     tg1 = lines[-1].get("tg_tok_s", float("nan")) if lines else float("nan")
-    lines, peak_nr, _ = run.child("bare", {**bare_cfg, "pp": 512, "tg": 128, "clear_refs": True, "no_repack": True},
-                                  show="bare without repacking (use_extra_bufts=False, llama.cpp's --no-repack): "
-                                       "load, pp512, tg128")
-    nr = {**(lines[0] if lines else {}), **(lines[-1] if lines else {}), "peak": peak_nr}
-    speed = {"pocketchat_pp": pc_pp, "pocketchat_tg": pc_tg, "bare_pp": bare_pp, "bare_tg": bare_tg,
-             "bare_tg_1_thread": tg1, "no_repack": nr}
-    figures["speed"] = speed
+    est = speed_estimate(ses.path, ses.gbps, ses.threads)
+    ses.figures["speed"] = {"pocketchat_pp": pc_pp, "pocketchat_tg": pc_tg, "bare_pp": bare_pp,
+                            "bare_tg": bare_tg, "bare_tg_1_thread": tg1, "estimate_tok_s": est,
+                            "loadavg_per_round": loadavgs}
     print(f"  medians: pocketchat pp512 {med(pc_pp):.1f}, tg128 {med(pc_tg):.2f}; bare pp512 {med(bare_pp):.1f}, "
           f"tg128 {med(bare_tg):.2f} tok/s")
     print(f"  pocketchat / bare: pp {med(pc_pp) / med(bare_pp):.3f}, tg {med(pc_tg) / med(bare_tg):.3f}")
-    print(f"  decode / bandwidth limit ({limit:.1f} tok/s): pocketchat {med(pc_tg) / limit:.2f}, "
-          f"bare {med(bare_tg) / limit:.2f}")
-    print(f"  bare decode, 1 thread {tg1:.2f} vs {threads} threads {med(bare_tg):.2f} tok/s "
+    print(f"  decode / bandwidth limit ({ses.limit:.1f} tok/s): pocketchat {med(pc_tg) / ses.limit:.2f}, "
+          f"bare {med(bare_tg) / ses.limit:.2f}")
+    print(f"  bare decode, 1 thread {tg1:.2f} vs {ses.threads} threads {med(bare_tg):.2f} tok/s "
           f"({med(bare_tg) / tg1:.2f}x)")
-    if "tg_tok_s" in nr:
-        print(f"  bare without repacking: load {nr['load_s']:.1f} s (warm), pp512 {nr['pp_tok_s']:.1f}, "
-              f"tg128 {nr['tg_tok_s']:.2f} tok/s; peak RssAnon {peak_nr['RssAnon'] / GB:.2f} GB, "
-              f"file pages used {nr['referenced']['file_model'] / GB:.2f} GB")
-    est = speed_estimate(path, gbps, threads)
-    speed["estimate_tok_s"] = est
-    print(f"  the plan's speed estimate (select.estimate.decode_tok_s at {gbps:.1f} GB/s): {est:.2f} tok/s, "
-          f"{est / med(pc_tg):.2f}x pocketchat's measured decode")
+    print(f"  the plan's speed estimate (select.estimate.decode_tok_s at {ses.gbps:.1f} GB/s, {ses.threads} "
+          f"threads): {est:.2f} tok/s = {est / med(pc_tg):.2f}x pocketchat's measured decode")
 
+
+def no_repack(ses: Session) -> None:
+    print("\n== without repacking (llama.cpp --no-repack: use_extra_bufts=False)")
+    lines, peak, _ = ses.run.child("bare", {**ses.bare, "pp": 512, "tg": 128, "clear_refs": True, "no_repack": True},
+                                   show="bare without repacking: load, pp512, tg128")
+    got = {**(lines[0] if lines else {}), **(lines[-1] if lines else {})}
+    ses.figures["no_repack"] = {**got, "peak": peak}
+    if "tg_tok_s" in got:
+        print(f"  load {got['load_s']:.1f} s (warm), pp512 {got['pp_tok_s']:.1f}, tg128 {got['tg_tok_s']:.2f} tok/s; "
+              f"peak RssAnon {peak['RssAnon'] / GB:.2f} GB, RssFile {peak['RssFile'] / GB:.2f} GB, "
+              f"file pages used {got['referenced']['file_model'] / GB:.2f} GB")
+    else:
+        print(f"  failed: {ses.run.log[-1]['error']}")
+
+
+def memory(ses: Session) -> None:
+    run = ses.run
     print("\n== memory of the loaded process (GB)")
-    peak_pc = {k: max(p[k] for p in pc_peaks) for k in pc_peaks[0]}
-    peak_bare = {k: max(p[k] for p in bare_peaks) for k in bare_peaks[0]}
-    ref = {k: max(x[k] for x in refs) for k in refs[0]}
-    need = peak_bare["RssAnon"] + ref["file_model"]
-    figures["memory"] = {"pocketchat_peak": peak_pc, "bare_peak": peak_bare, "referenced": ref,
-                         "measured_need": need}
-    for who, p in (("pocketchat worker", peak_pc), ("bare", peak_bare)):
-        print(f"  {who}: peak RssAnon {p['RssAnon'] / GB:.2f}, RssFile {p['RssFile'] / GB:.2f}, "
-              f"anon+file {p['Rss'] / GB:.2f}, VmHWM {p['VmHWM'] / GB:.2f}")
-    print(f"  referenced during pp512+tg128 (bare): model mapping {ref['file_model'] / GB:.2f} of "
-          f"{ref['rss_model'] / GB:.2f} resident; anonymous {ref['anon'] / GB:.2f}")
-    print(f"  needed to decode at full speed: anonymous {peak_bare['RssAnon'] / GB:.2f} + file pages used "
-          f"{ref['file_model'] / GB:.2f} = {need / GB:.2f}")
+    if not ses.refs:  # no speed rounds: a short chat in the worker, and a bare run for the pages used
+        _, peak = run.pocketchat("bench", "--model", str(ses.path), "-p", "64", "-n", "8", "-r", "1", "--json",
+                                 "--ctx", str(ses.plan["n_ctx"]), *_threads_args(ses))
+        ses.worker_peaks.append(peak)
+        lines, _, rc = run.child("bare", {**ses.bare, "pp": 512, "tg": 16, "clear_refs": True},
+                                 show="bare: Llama(...); eval 512 random tokens; 16 greedy evals")
+        if rc != 0 or not lines or "referenced" not in lines[-1]:
+            raise SystemExit(f"the bare loop failed: {run.log[-1]['error']}")
+        ses.refs.append(lines[-1]["referenced"])
+    worker = {k: max(p[k] for p in ses.worker_peaks) for k in ses.worker_peaks[0]}
+    ref = {k: max(x[k] for x in ses.refs) for k in ses.refs[0]}
+    need = worker["RssAnon"] + ref["file_model"]
+    ses.figures["memory"] = {"worker_peak": worker, "referenced": ref, "measured_need": need}
+    print(f"  pocketchat worker: peak RssAnon {worker['RssAnon'] / GB:.2f}, RssFile {worker['RssFile'] / GB:.2f}, "
+          f"anon+file {worker['Rss'] / GB:.2f}, VmHWM {worker['VmHWM'] / GB:.2f}")
+    print(f"  pages referenced while evaluating 512 tokens and decoding (bare, after clear_refs): model mapping "
+          f"{ref['file_model'] / GB:.2f} of {ref['rss_model'] / GB:.2f} resident; anonymous {ref['anon'] / GB:.2f}")
+    print(f"  needed to decode at full speed: the worker's anonymous {worker['RssAnon'] / GB:.2f} + the file "
+          f"pages decoding uses {ref['file_model'] / GB:.2f} = {need / GB:.2f}")
+    row = ses.row
     if row:
-        print(f"  the plan: total {row['total'] / GB:.2f}"
-              + (f" (anonymous {row['anonymous'] / GB:.2f}, file-backed {row['mapped'] / GB:.2f})"
-                 if "anonymous" in row else "")
-              + f"; plan / measured need {row['total'] / need:.3f}")
+        if "anonymous" in row:
+            print(f"  the plan at n_ctx {row['n_ctx']}: anonymous {row['anonymous'] / GB:.2f} (repacked weights "
+                  f"{row['repacked'] / GB:.2f}) vs the worker's peak {worker['RssAnon'] / GB:.2f}; file-backed "
+                  f"{row['mapped'] / GB:.2f} vs used {ref['file_model'] / GB:.2f}; RSS after a load "
+                  f"{row['resident'] / GB:.2f} vs peak {worker['Rss'] / GB:.2f}")
+        print(f"  the plan's total {row['total'] / GB:.2f} vs the measured need {need / GB:.2f}: "
+              f"{100 * (row['total'] - need) / need:+.1f}%")
+    ses.figures["memory"]["worker"] = worker
 
-    if args.limit_runs > 0:
-        print("\n== the smallest working memory limit")
-        limit_search(run, bare_cfg, peak_bare, ref, row, args.limit_runs, figures)
 
-    if args.turns > 0:
-        print(f"\n== pocketchat bench --turns {args.turns}")
-        data, _ = run.pocketchat("bench", "--model", str(path), "--turns", str(args.turns), "--json",
-                                 *(["--threads", str(args.threads)] if args.threads else []))
-        rows = data["results"]
-        figures["turns"] = rows
-        for t in rows:
-            print(f"  {t['test']}: prompt {t['prompt_tokens']}, reused {t['reused_tokens']}, "
-                  f"evaluated {t['evaluated_tokens']}, TTFT {t['ttft_s']:.2f} s")
+def limit_part(ses: Session) -> None:
+    if ses.args.limit_runs <= 0:
+        return
+    print("\n== the smallest working memory limit")
+    if not ses.refs:
+        memory(ses)
+    limit_search(ses.run, ses.bare, ses.figures["memory"]["worker"], ses.figures["memory"]["referenced"],
+                 ses.row, ses.args.limit_runs, ses.figures)
+
+
+def turns(ses: Session) -> None:
+    n = ses.args.turns
+    if n <= 0:
+        return
+    print(f"\n== pocketchat bench --turns {n}")
+    data, _ = ses.run.pocketchat("bench", "--model", str(ses.path), "--turns", str(n), "--json", *_threads_args(ses))
+    rows = data["results"]
+    ses.figures["turns"] = rows
+    for t in rows:
+        print(f"  {t['test']}: prompt {t['prompt_tokens']}, reused {t['reused_tokens']}, "
+              f"evaluated {t['evaluated_tokens']}, TTFT {t['ttft_s']:.2f} s")
 
 
 def cgroup_v2_memory() -> Path | None:
@@ -543,13 +625,21 @@ def limit_search(run: Runner, cfg: dict, peak: dict, ref: dict, row: dict | None
             hi = mid
         else:
             lo = mid
-    smallest_anon = hi
+    passed = [m for m, ok, _ in tried if ok]
+    if not passed:
+        figures["limit"] = {"tried": tried}
+        print(f"  no limit tried decodes; the smallest that works is above {lo / GB:.2f} GB "
+              f"(more --limit-runs narrow it)")
+        return
+    smallest_anon = min(passed)
     need = smallest_anon + ref["file_model"]
     figures["limit"] = {"tried": tried, "smallest_rlimit_data": smallest_anon, "working_limit": need}
-    print(f"  smallest RLIMIT_DATA that works: {smallest_anon / GB:.2f} GB (bisected to "
-          f"{(hi - lo) / GB:.2f} GB); + file pages used {ref['file_model'] / GB:.2f} = {need / GB:.2f} GB")
+    print(f"  smallest RLIMIT_DATA that decodes: {smallest_anon / GB:.2f} GB (the largest that failed: "
+          f"{lo / GB:.2f} GB); + the file pages decoding uses {ref['file_model'] / GB:.2f} = {need / GB:.2f} GB")
+    print("  (RLIMIT_DATA bounds the anonymous address space, not what is resident: the compute "
+          "buffers' untouched pages count)")
     if row:
-        print(f"  the plan: {row['total'] / GB:.2f} GB ({row['total'] / need:.3f} of it)")
+        print(f"  the plan: {row['total'] / GB:.2f} GB, {100 * (row['total'] - need) / need:+.1f}% of that limit")
 
 
 if __name__ == "__main__":
