@@ -74,7 +74,7 @@ def test_full_size_iq1_m_types_follow_llama_quant():
 
 def test_unknown_quant_is_refused():
     with pytest.raises(ValueError, match="--quant must be one of"):
-        pg.tensor_types(pg.POCKET, pg.POCKET_VOCAB, "Q4_K_M")
+        pg.tensor_types(pg.POCKET, pg.POCKET_VOCAB, "Q5_K_S")
 
 
 def test_vocabulary_is_a_byte_level_bpe_of_the_size_asked():
