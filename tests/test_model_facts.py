@@ -32,7 +32,8 @@ def test_hybrid_qwen35moe_charges_only_the_attention_layers(tiny_qwen35moe):
     assert f.expert_count == 8 and f.expert_used_count == 2 and f.expert_layers == 4
     assert f.expert_bytes_of_first(1) == f.expert_bytes // 4
     assert f.other_bytes + f.expert_bytes == f.weight_bytes
-    assert f.active_bytes == f.other_bytes + f.expert_bytes // 4
+    assert f.embedding_bytes == 263 * 64 * 4  # beside output.weight: a row per token
+    assert f.active_bytes == f.other_bytes - f.embedding_bytes + f.expert_bytes // 4
 
 
 def test_moe_facts(tiny_moe):

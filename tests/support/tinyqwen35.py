@@ -3,10 +3,13 @@
 Four layers: three Gated-DeltaNet (recurrent) layers and one full-attention layer (every 4th,
 as in POCKET), eight routed experts (two active) plus a shared expert, a 64-wide model and the
 byte-level vocabulary of `tinymoe`. About 1 MB; llama.cpp loads it and generates nonsense.
+`Qwen35Shape`, `tensor_table` and `add_hparams` describe the architecture at any size
+(benchmarks/pocket_scale.py writes POCKET's full size from them).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -105,41 +108,133 @@ QWEN35_TOOLS_TEMPLATE = (
 )
 
 
+@dataclass(frozen=True)
+class Qwen35Shape:
+    """The sizes of a `qwen35moe` model: everything its tensor table and hparams follow from.
+
+    `tensor_table` and `add_hparams` are the one description of the architecture's tensors
+    and keys; the tiny test model and benchmarks/pocket_scale.py (full size) both use them.
+    """
+
+    n_embd: int = N_EMBD
+    n_head: int = N_HEAD
+    n_head_kv: int = N_HEAD_KV
+    head_dim: int = HEAD_DIM
+    n_layer: int = N_LAYER
+    full_attention_interval: int = FULL_ATTENTION_INTERVAL
+    n_expert: int = N_EXPERT
+    n_expert_used: int = N_EXPERT_USED
+    n_ff_exp: int = N_FF_EXP
+    n_ff_shexp: int = N_FF_SHEXP
+    n_ctx_train: int = N_CTX_TRAIN
+    ssm_state: int = SSM_STATE  # Gated DeltaNet head dim (keys and values)
+    ssm_groups: int = SSM_GROUPS  # key heads
+    ssm_v_heads: int = SSM_V_HEADS  # value heads
+    ssm_conv: int = SSM_CONV
+    rope_dims: int = 8
+    rope_sections: tuple[int, int, int, int] = (2, 1, 1, 0)
+    rope_base: float = 10000.0
+
+    @property
+    def ssm_inner(self) -> int:
+        return self.ssm_state * self.ssm_v_heads
+
+    def is_full_attention(self, layer: int) -> bool:
+        return (layer + 1) % self.full_attention_interval == 0
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One tensor: its name, its dims in llama.cpp's order (ne), and how it starts:
+    "normal" (random), "ones" (norm weights) or "neg_ones" (DeltaNet's A)."""
+
+    name: str
+    ne: tuple[int, ...]
+    init: str = "normal"
+
+
+TINY = Qwen35Shape()
+
+
+def tensor_table(shape: Qwen35Shape, n_vocab: int) -> list[TensorSpec]:
+    """Every tensor of a `qwen35moe` model of `shape`, in file order."""
+    s, e = shape, shape.n_embd
+    key_dim, value_dim = s.ssm_state * s.ssm_groups, s.ssm_inner
+    out = [TensorSpec("token_embd.weight", (e, n_vocab)), TensorSpec("output_norm.weight", (e,), "ones"),
+           TensorSpec("output.weight", (e, n_vocab))]
+    for i in range(s.n_layer):
+        p = f"blk.{i}."
+        out += [TensorSpec(p + "attn_norm.weight", (e,), "ones"),
+                TensorSpec(p + "post_attention_norm.weight", (e,), "ones")]
+        if s.is_full_attention(i):
+            out += [TensorSpec(p + "attn_q.weight", (e, s.head_dim * s.n_head * 2)),
+                    TensorSpec(p + "attn_k.weight", (e, s.head_dim * s.n_head_kv)),
+                    TensorSpec(p + "attn_v.weight", (e, s.head_dim * s.n_head_kv)),
+                    TensorSpec(p + "attn_output.weight", (s.head_dim * s.n_head, e)),
+                    TensorSpec(p + "attn_q_norm.weight", (s.head_dim,), "ones"),
+                    TensorSpec(p + "attn_k_norm.weight", (s.head_dim,), "ones")]
+        else:
+            out += [TensorSpec(p + "attn_qkv.weight", (e, key_dim * 2 + value_dim)),
+                    TensorSpec(p + "attn_gate.weight", (e, value_dim)),
+                    TensorSpec(p + "ssm_conv1d.weight", (s.ssm_conv, key_dim * 2 + value_dim)),
+                    TensorSpec(p + "ssm_dt.bias", (s.ssm_v_heads,)),
+                    TensorSpec(p + "ssm_a", (s.ssm_v_heads,), "neg_ones"),
+                    TensorSpec(p + "ssm_beta.weight", (e, s.ssm_v_heads)),
+                    TensorSpec(p + "ssm_alpha.weight", (e, s.ssm_v_heads)),
+                    TensorSpec(p + "ssm_norm.weight", (s.ssm_state,), "ones"),
+                    TensorSpec(p + "ssm_out.weight", (value_dim, e))]
+        out += [TensorSpec(p + "ffn_gate_inp.weight", (e, s.n_expert)),
+                TensorSpec(p + "ffn_gate_exps.weight", (e, s.n_ff_exp, s.n_expert)),
+                TensorSpec(p + "ffn_up_exps.weight", (e, s.n_ff_exp, s.n_expert)),
+                TensorSpec(p + "ffn_down_exps.weight", (s.n_ff_exp, e, s.n_expert)),
+                TensorSpec(p + "ffn_gate_inp_shexp.weight", (e,)),
+                TensorSpec(p + "ffn_gate_shexp.weight", (e, s.n_ff_shexp)),
+                TensorSpec(p + "ffn_up_shexp.weight", (e, s.n_ff_shexp)),
+                TensorSpec(p + "ffn_down_shexp.weight", (s.n_ff_shexp, e))]
+    return out
+
+
+def add_hparams(w, shape: Qwen35Shape) -> None:
+    """The architecture's keys (sizes, attention, experts, DeltaNet) on a `gguf.GGUFWriter`."""
+    s, arch = shape, "qwen35moe"
+    w.add_context_length(s.n_ctx_train)
+    w.add_embedding_length(s.n_embd)
+    w.add_block_count(s.n_layer)
+    w.add_feed_forward_length(s.n_ff_exp * s.n_expert_used)
+    w.add_expert_feed_forward_length(s.n_ff_exp)
+    w.add_expert_shared_feed_forward_length(s.n_ff_shexp)
+    w.add_head_count(s.n_head)
+    w.add_head_count_kv(s.n_head_kv)
+    w.add_key_length(s.head_dim)
+    w.add_value_length(s.head_dim)
+    w.add_rope_dimension_count(s.rope_dims)
+    w.add_rope_dimension_sections(list(s.rope_sections))
+    w.add_rope_freq_base(s.rope_base)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_expert_count(s.n_expert)
+    w.add_expert_used_count(s.n_expert_used)
+    w.add_ssm_conv_kernel(s.ssm_conv)
+    w.add_ssm_inner_size(s.ssm_inner)
+    w.add_ssm_state_size(s.ssm_state)
+    w.add_ssm_time_step_rank(s.ssm_v_heads)
+    w.add_ssm_group_count(s.ssm_groups)
+    w.add_uint32(f"{arch}.full_attention_interval", s.full_attention_interval)
+
+
 def write_tiny_qwen35moe(path: Path, *, seed: int = 0, n_layer: int = N_LAYER,
                          chat_template: str = CHAT_TEMPLATE) -> Path:
     import gguf
 
+    shape = replace(TINY, n_layer=n_layer)
     rng = np.random.default_rng(seed)
     tokens = byte_symbols() + ["he", "ll"] + SPECIALS
     token_types = [gguf.TokenType.NORMAL] * 258 + [gguf.TokenType.CONTROL] * 3 + [
         gguf.TokenType.USER_DEFINED
     ] * 2
     n_vocab = len(tokens)
-    arch = "qwen35moe"
-    w = gguf.GGUFWriter(str(path), arch)
+    w = gguf.GGUFWriter(str(path), "qwen35moe")
     w.add_name("tiny-qwen35moe-test")
-    w.add_context_length(N_CTX_TRAIN)
-    w.add_embedding_length(N_EMBD)
-    w.add_block_count(n_layer)
-    w.add_feed_forward_length(N_FF_EXP * N_EXPERT_USED)
-    w.add_expert_feed_forward_length(N_FF_EXP)
-    w.add_expert_shared_feed_forward_length(N_FF_SHEXP)
-    w.add_head_count(N_HEAD)
-    w.add_head_count_kv(N_HEAD_KV)
-    w.add_key_length(HEAD_DIM)
-    w.add_value_length(HEAD_DIM)
-    w.add_rope_dimension_count(8)
-    w.add_rope_dimension_sections([2, 1, 1, 0])
-    w.add_rope_freq_base(10000.0)
-    w.add_layer_norm_rms_eps(1e-6)
-    w.add_expert_count(N_EXPERT)
-    w.add_expert_used_count(N_EXPERT_USED)
-    w.add_ssm_conv_kernel(SSM_CONV)
-    w.add_ssm_inner_size(SSM_INNER)
-    w.add_ssm_state_size(SSM_STATE)
-    w.add_ssm_time_step_rank(SSM_V_HEADS)
-    w.add_ssm_group_count(SSM_GROUPS)
-    w.add_uint32(f"{arch}.full_attention_interval", FULL_ATTENTION_INTERVAL)
+    add_hparams(w, shape)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("qwen2")
@@ -151,46 +246,13 @@ def write_tiny_qwen35moe(path: Path, *, seed: int = 0, n_layer: int = N_LAYER,
     w.add_pad_token_id(tokens.index("<|endoftext|>"))
     w.add_add_bos_token(False)
     w.add_chat_template(chat_template)
-
-    def t(name: str, *ne: int, scale: float = 0.2) -> None:  # ne in llama.cpp's order
-        w.add_tensor(name, (rng.standard_normal(tuple(reversed(ne))) * scale).astype(np.float32))
-
-    def ones(name: str, n: int) -> None:
-        w.add_tensor(name, np.ones(n, dtype=np.float32))
-
-    key_dim, value_dim = SSM_STATE * SSM_GROUPS, SSM_STATE * SSM_V_HEADS
-    t("token_embd.weight", N_EMBD, n_vocab)
-    ones("output_norm.weight", N_EMBD)
-    t("output.weight", N_EMBD, n_vocab)
-    for i in range(n_layer):
-        p = f"blk.{i}."
-        ones(p + "attn_norm.weight", N_EMBD)
-        ones(p + "post_attention_norm.weight", N_EMBD)
-        if (i + 1) % FULL_ATTENTION_INTERVAL == 0:
-            t(p + "attn_q.weight", N_EMBD, HEAD_DIM * N_HEAD * 2)
-            t(p + "attn_k.weight", N_EMBD, HEAD_DIM * N_HEAD_KV)
-            t(p + "attn_v.weight", N_EMBD, HEAD_DIM * N_HEAD_KV)
-            t(p + "attn_output.weight", HEAD_DIM * N_HEAD, N_EMBD)
-            ones(p + "attn_q_norm.weight", HEAD_DIM)
-            ones(p + "attn_k_norm.weight", HEAD_DIM)
+    for spec in tensor_table(shape, n_vocab):
+        dims = tuple(reversed(spec.ne))  # numpy's order
+        if spec.init == "normal":
+            data = (rng.standard_normal(dims) * 0.2).astype(np.float32)
         else:
-            t(p + "attn_qkv.weight", N_EMBD, key_dim * 2 + value_dim)
-            t(p + "attn_gate.weight", N_EMBD, value_dim)
-            t(p + "ssm_conv1d.weight", SSM_CONV, key_dim * 2 + value_dim)
-            t(p + "ssm_dt.bias", SSM_V_HEADS)
-            w.add_tensor(p + "ssm_a", -np.ones(SSM_V_HEADS, dtype=np.float32))
-            t(p + "ssm_beta.weight", N_EMBD, SSM_V_HEADS)
-            t(p + "ssm_alpha.weight", N_EMBD, SSM_V_HEADS)
-            ones(p + "ssm_norm.weight", SSM_STATE)
-            t(p + "ssm_out.weight", value_dim, N_EMBD)
-        t(p + "ffn_gate_inp.weight", N_EMBD, N_EXPERT)
-        t(p + "ffn_gate_exps.weight", N_EMBD, N_FF_EXP, N_EXPERT)
-        t(p + "ffn_up_exps.weight", N_EMBD, N_FF_EXP, N_EXPERT)
-        t(p + "ffn_down_exps.weight", N_FF_EXP, N_EMBD, N_EXPERT)
-        t(p + "ffn_gate_inp_shexp.weight", N_EMBD)
-        t(p + "ffn_gate_shexp.weight", N_EMBD, N_FF_SHEXP)
-        t(p + "ffn_up_shexp.weight", N_EMBD, N_FF_SHEXP)
-        t(p + "ffn_down_shexp.weight", N_FF_SHEXP, N_EMBD)
+            data = np.full(dims, 1.0 if spec.init == "ones" else -1.0, dtype=np.float32)
+        w.add_tensor(spec.name, data)
 
     w.write_header_to_file()
     w.write_kv_data_to_file()
