@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from support.serverproc import REPO, ServerProcess
+from support.serverproc import REPO, ServerProcess, running
 openai = pytest.importorskip("openai")
 psutil = pytest.importorskip("psutil")
 
@@ -20,13 +20,9 @@ HI = [{"role": "user", "content": "Say hello in three words."}]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    srv = ServerProcess(["--model", "starter", "--ctx", "1024", "--queue", "8"],
-                        tmp_path_factory.mktemp("serve"))
-    try:
-        srv.wait_ready()
+    with running(["--model", "starter", "--ctx", "1024", "--queue", "8"],
+                        tmp_path_factory.mktemp("serve")) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from support.serverproc import ServerProcess
+from support.serverproc import running
 openai = pytest.importorskip("openai")
 jsonschema = pytest.importorskip("jsonschema")
 pydantic = pytest.importorskip("pydantic")
@@ -33,12 +33,8 @@ ASK_CITY = [{"role": "user", "content": "Describe Paris: its name, country and p
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    srv = ServerProcess(["--model", "starter", "--ctx", "2048"], tmp_path_factory.mktemp("serve"))
-    try:
-        srv.wait_ready()
+    with running(["--model", "starter", "--ctx", "2048"], tmp_path_factory.mktemp("serve")) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")

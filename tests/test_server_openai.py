@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from support.serverproc import ServerProcess
+from support.serverproc import running
 openai = pytest.importorskip("openai")
 jsonschema = pytest.importorskip("jsonschema")
 
@@ -35,13 +35,9 @@ PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    srv = ServerProcess(["--model", "starter", "--ctx", "2048", "--api-key", KEY,
-                         "--cors-origin", APP_ORIGIN], tmp_path_factory.mktemp("serve"))
-    try:
-        srv.wait_ready()
+    with running(["--model", "starter", "--ctx", "2048", "--api-key", KEY,
+                         "--cors-origin", APP_ORIGIN], tmp_path_factory.mktemp("serve")) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import json
 import pytest
 
 from support import tinyqwen35
-from support.serverproc import ServerProcess
+from support.serverproc import running
 openai = pytest.importorskip("openai")
 jsonschema = pytest.importorskip("jsonschema")
 
@@ -40,12 +40,8 @@ def server(tmp_path_factory):
     home = tmp_path_factory.mktemp("q35tools")
     gguf = tinyqwen35.write_tiny_qwen35moe(home / "tiny-qwen35moe.gguf",
                                            chat_template=tinyqwen35.QWEN35_TOOLS_TEMPLATE)
-    srv = ServerProcess(["--model", str(gguf), "--ctx", "2048"], home)
-    try:
-        srv.wait_ready()
+    with running(["--model", str(gguf), "--ctx", "2048"], home) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")

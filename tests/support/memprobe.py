@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from support import REPO as ROOT
 
 CHILD = r"""
 import json, re, sys
