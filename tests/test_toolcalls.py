@@ -218,3 +218,19 @@ def test_a_tool_aware_template_gets_arguments_as_objects():
     assert dicts[1]["reasoning_content"] == "need data"
     assert dicts[2] == {"role": "tool", "content": "sunny", "tool_call_id": "call_1",
                         "name": "get_weather"}
+
+
+def test_a_token_holding_part_of_a_character_keeps_its_logprob():
+    """Byte-fallback tokens (emoji, Korean) decode to no text until the character is complete:
+    each token still has its logprob, released with the character's text."""
+    from pocketchat.engines.answer import AnswerStream
+    from pocketchat.engines.types import TokenLogprob
+
+    stream = AnswerStream(in_thinking=False)
+    first = TokenLogprob(token="\\xed", logprob=-0.5, bytes=(0xED,))
+    second = TokenLogprob(token="\\x95\\x9c", logprob=-0.25, bytes=(0x95, 0x9C))
+    end = TokenLogprob(token="", logprob=-0.1, bytes=())  # end of turn: no bytes, no entry
+    assert stream.feed("", first).logprobs == ()
+    piece = stream.feed("한", second)
+    assert piece.text == "한" and piece.logprobs == (first, second)
+    assert stream.feed("", end).logprobs == () and stream.flush().logprobs == ()

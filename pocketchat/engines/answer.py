@@ -52,8 +52,10 @@ class AnswerStream:
     def feed(self, text: str, logprob: TokenLogprob | None = None) -> Piece:
         was_thinking = self.splitter.in_thinking
         answer, thinking = self.splitter.feed(text)
-        if (logprob is not None and text and not self.splitter.in_thinking
-                and (not was_thinking or answer)):  # a control token (end of turn) is no text
+        # A control token (end of turn) has no bytes; a token holding part of a character has
+        # bytes but no text yet: its logprob waits for the text it belongs to.
+        if (logprob is not None and (text or logprob.bytes) and not self.splitter.in_thinking
+                and (not was_thinking or answer)):
             self._waiting.append(logprob)
         return self._parse(answer, thinking)
 
