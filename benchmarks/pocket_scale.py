@@ -16,7 +16,8 @@ part of CI. Then, printing each figure with the command behind it (`--parts` pic
 3. pp512 and tg128, `--rounds` times alternating: `pocketchat bench -p 512 -n 128 -r 1`
    (the worker, as users run it) and a bare llama-cpp-python loop on the same file with the
    plan's threads, batch, n_ctx and flash-attention setting (llama.cpp's own counters for
-   both); medians, and the bare decode with 1 thread against all;
+   both); medians, and the bare decode with 1 thread against all; and ("quiet") bursts of
+   bare decode in the moments the other processes leave the CPU alone (a shared machine);
 4. decode against the bandwidth limit: bytes of weights one token reads, from the file's own
    tensor table (the active experts' share of the routed experts, every other tensor whole,
    one row of the token embeddings), against the copy bandwidth the probe measures
@@ -133,6 +134,53 @@ def child_bare(cfg: dict) -> None:
     if cfg.get("clear_refs"):
         out["referenced"] = referenced(os.getpid(), cfg["path"])
     emit(event="done", status=proc_status(os.getpid()), **out)
+
+
+def others_cpu(seconds: float = 1.0) -> float:
+    """Cores' worth of CPU that processes other than this one used over `seconds`."""
+    def sample() -> tuple[int, int]:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+        busy = sum(int(x) for x in fields) - int(fields[3]) - int(fields[4])  # less idle, iowait
+        me = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        return busy, int(me[11]) + int(me[12]) + int(me[13]) + int(me[14])  # utime stime cutime cstime
+    b0, m0 = sample()
+    time.sleep(seconds)
+    b1, m1 = sample()
+    return max((b1 - b0) - (m1 - m0), 0) / os.sysconf("SC_CLK_TCK") / seconds
+
+
+def child_quiet(cfg: dict) -> None:
+    """Bare decode in the machine's quiet moments: load once, then each time the other processes
+    use under `idle` cores for 3 s running, decode `tg` tokens; `bursts` times, within `minutes`."""
+    import llama_cpp
+    import numpy as np
+
+    llm = llama_cpp.Llama(model_path=cfg["path"], n_ctx=cfg["n_ctx"], n_batch=cfg["n_batch"],
+                          n_ubatch=cfg["n_batch"], n_threads=cfg["threads"], n_threads_batch=cfg["threads_batch"],
+                          flash_attn=cfg["flash_attn"], use_mmap=True, verbose=False)
+    ctx, n_vocab = llm._ctx.ctx, llm.n_vocab()
+    rng = np.random.default_rng(0)
+    deadline = time.monotonic() + 60 * cfg["minutes"]
+    done = 0
+    while done < cfg["bursts"] and time.monotonic() < deadline:
+        if any(others_cpu() >= cfg["idle"] for _ in range(3)):
+            continue
+        llm.reset()
+        llm.eval([int(t) for t in rng.integers(300, n_vocab - 16, 16)])
+        ptr = llama_cpp.llama_get_logits_ith(ctx, -1)
+        llm.eval([int(np.argmax(np.ctypeslib.as_array(ptr, shape=(n_vocab,))))])
+        llama_cpp.llama_synchronize(ctx)
+        llama_cpp.llama_perf_context_reset(ctx)
+        b0 = time.monotonic()
+        for _ in range(cfg["tg"]):
+            ptr = llama_cpp.llama_get_logits_ith(ctx, -1)
+            llm.eval([int(np.argmax(np.ctypeslib.as_array(ptr, shape=(n_vocab,))))])
+        llama_cpp.llama_synchronize(ctx)
+        perf = llama_cpp.llama_perf_context(ctx)
+        after = others_cpu()
+        done += 1
+        print(json.dumps({"event": "burst", "tg_tok_s": perf.n_eval / (perf.t_eval_ms / 1000),
+                          "seconds": time.monotonic() - b0, "others_after": after}), flush=True)
 
 
 def child_pcload(cfg: dict) -> None:
@@ -312,10 +360,6 @@ def med(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
-def fmt(x: float, unit: str = "", nd: int = 2) -> str:
-    return f"{x:.{nd}f}{unit}"
-
-
 # -- the benchmark ------------------------------------------------------------------------
 
 
@@ -338,11 +382,15 @@ def main() -> int:
     ap.add_argument("--turns", type=int, default=6, help="turns of `bench --turns` (0: skip)")
     ap.add_argument("--parts", type=lambda v: tuple(x for x in v.split(",") if x), default=PARTS,
                     help=f"what to measure, comma-separated (default all: {','.join(PARTS)})")
+    ap.add_argument("--quiet-bursts", type=int, default=5, help="decode bursts in quiet moments (default 5)")
+    ap.add_argument("--quiet-minutes", type=float, default=15, help="how long to wait for them (default 15)")
+    ap.add_argument("--quiet-idle", type=float, default=0.15,
+                    help="quiet: the other processes use less than this many cores (default 0.15)")
     ap.add_argument("--json", type=Path, help="also write every figure and command here")
     ap.add_argument("--child", nargs=2, metavar=("MODE", "CONFIG"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        {"bare": child_bare, "pcload": child_pcload}[args.child[0]](json.loads(args.child[1]))
+        {"bare": child_bare, "pcload": child_pcload, "quiet": child_quiet}[args.child[0]](json.loads(args.child[1]))
         return 0
 
     import pocket_gguf as pg
@@ -386,7 +434,7 @@ def main() -> int:
     return 0
 
 
-PARTS = ("load", "speed", "repack", "memory", "limit", "turns")
+PARTS = ("load", "speed", "quiet", "repack", "memory", "limit", "turns")
 
 
 @dataclass
@@ -412,8 +460,8 @@ def measure(run: Runner, path: Path, args: argparse.Namespace, figures: dict) ->
     the_plan(ses)
     bandwidth(ses)
     parts = args.parts
-    for name, part in (("load", loads), ("speed", speed), ("repack", no_repack), ("memory", memory),
-                       ("limit", limit_part), ("turns", turns)):
+    for name, part in (("load", loads), ("speed", speed), ("quiet", quiet), ("repack", no_repack),
+                       ("memory", memory), ("limit", limit_part), ("turns", turns)):
         if name in parts:
             part(ses)
 
@@ -579,6 +627,27 @@ def limit_part(ses: Session) -> None:
         memory(ses)
     limit_search(ses.run, ses.bare, ses.figures["memory"]["worker"], ses.figures["memory"]["referenced"],
                  ses.row, ses.args.limit_runs, ses.figures)
+
+
+def quiet(ses: Session) -> None:
+    """Decode on a quiet machine: bursts of the bare loop while the others leave the CPU alone."""
+    a = ses.args
+    print(f"\n== decode in quiet moments (others under {a.quiet_idle} cores for 3 s; up to {a.quiet_bursts} "
+          f"bursts of 32 tokens within {a.quiet_minutes} min)")
+    out = {}
+    for threads in (ses.threads, 1) if ses.threads > 1 else (ses.threads,):
+        cfg = {**ses.bare, "threads": threads, "tg": 32, "bursts": a.quiet_bursts, "minutes": a.quiet_minutes,
+               "idle": a.quiet_idle}
+        lines, _, _ = ses.run.child("quiet", cfg, timeout=60 * a.quiet_minutes + 600,
+                                    show=f"bare, {threads} thread(s), quiet moments: 32 greedy evals per burst")
+        speeds = [x["tg_tok_s"] for x in lines if x.get("event") == "burst"]
+        out[threads] = {"bursts": lines, "median": med(speeds)}
+        print(f"  {threads} thread(s): {len(speeds)} bursts, tg " + ", ".join(f"{x:.2f}" for x in speeds)
+              + f" tok/s; median {med(speeds):.2f}; decode / bandwidth limit {med(speeds) / ses.limit:.2f}")
+    est = speed_estimate(ses.path, ses.gbps, ses.threads)
+    m = out[ses.threads]["median"]
+    print(f"  the plan's speed estimate {est:.2f} tok/s = {est / m:.2f}x the quiet decode")
+    ses.figures["quiet"] = {**{str(k): v for k, v in out.items()}, "estimate_tok_s": est}
 
 
 def turns(ses: Session) -> None:
