@@ -208,6 +208,10 @@ class Candidate:
     gave_up: tuple[str, ...] = ()
     traded: bool = False
     split: Split | None = None  # the layers over the pool, when the budget has helpers
+    # On the CPU: the anonymous part of the memory (the rest is the file's mapping), and of it
+    # llama.cpp's repacked copy of weights; None for other placements.
+    estimated_anonymous_bytes: int | None = None
+    estimated_repacked_bytes: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         b, p = self.build, self.plan
@@ -229,6 +233,8 @@ class Candidate:
             "n_batch": p.n_batch if p else None,
             "checkpoints": p.checkpoints if p else None,
             "estimated_memory_bytes": self.estimated_memory_bytes,
+            "estimated_anonymous_bytes": self.estimated_anonymous_bytes,
+            "estimated_repacked_bytes": self.estimated_repacked_bytes,
             "estimated_decode_tok_s": (
                 round(self.estimated_decode_tok_s, 1)
                 if self.estimated_decode_tok_s is not None

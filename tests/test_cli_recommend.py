@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import PROFILES
+from support import PROFILES
 
 
 def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -12,8 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hubserver import hub  # noqa: F401  (fixture)
-from test_store import blob
+from support.hubserver import blob
 
 from pocketchat.errors import ChecksumMismatch, DiskFull, DownloadError, DownloadInterrupted
 from pocketchat.store import cache, download, inventory, api as store
@@ -27,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def data(hub):  # noqa: F811
+def data(hub):
     content = blob(SIZE, 7)
     hub.add_repo(REPO, {NAME: content})
     return content
@@ -197,6 +196,7 @@ def test_ctrl_c_in_the_cli_says_the_next_run_resumes(hub, data):
     assert _partials() and 1024 * 1024 < _partials()[0].stat().st_size < SIZE
 
 
+@pytest.mark.slow
 def test_two_processes_fetching_the_same_file_make_one_good_file(hub, data):
     hub.faults.rate_bps = 2_000_000  # 1.5 s: both start while the first is still at it
     procs = [_cli(f"{REPO}:Q4_K_M", "--yes") for _ in range(2)]

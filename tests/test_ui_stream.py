@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from scripted_engine import Reply, tokens
-from uitools import SIZE, answered, blank_rows_under_the_text, make, ready, run, screen_text, send, wait_for
+from support.scripted_engine import Reply, tokens
+from support.uitools import (SIZE, answered, blank_rows_under_the_text, make, ready, run, screen_text,
+                              send, wait_for)
 
 from pocketchat.ui.answer import BlockSplitter
 from pocketchat.ui.widgets import UserMessage

@@ -82,6 +82,7 @@ def report(name: str, facts, where: str, sel: Selection) -> dict:
     return {
         "model": name, "source": where, "facts": data, "runtime_knows_arch": knows_arch(facts.arch),
         "memory": [{"n_ctx": r.n_ctx, **asdict(r.need), "total": r.need.total,
+                    "anonymous": r.need.anonymous, "mapped": r.need.mapped, "resident": r.need.resident,
                     "placement": r.placement.placement if r.placement else None,
                     "n_cpu_moe": r.placement.n_cpu_moe if r.placement else None} for r in rows],
         "plan": asdict(plan) if plan else None, "verdict": verdict, "gave_up": list(gave_up),
@@ -112,21 +113,42 @@ def format_report(d: dict) -> str:
         lines.append(f"  experts: {f['expert_count']} routed, {f['expert_used_count']} used per token; "
                      f"{fmt_gb(f['expert_bytes'])} in {len(f['expert_layer_bytes'])} layers ({fmt_gb(per)} each), "
                      f"{fmt_gb(f['other_bytes'])} the rest; {fmt_gb(f['active_bytes'])} read per token")
-    lines += ["", "  memory needed (estimate, loaded on the CPU; placement: the fastest that fits here)", "  " + "  ".join(h.rjust(w) for h, w in zip(
-        ("n_ctx", "weights", "KV", "state", "ckpts", "compute", "runtime", "total", "placement"),
-        (7, 10, 10, 10, 10, 10, 10, 10, 22)))]
+    widths = (7, 10, 10, 10, 10, 10, 10, 10, 10, 10, 22)
+    lines += ["", "  memory needed to decode at full speed (estimate, loaded on the CPU; anonymous + "
+              "file-backed = total; placement: the fastest that fits here)",
+              "  " + "  ".join(h.rjust(w) for h, w in zip(
+                  ("n_ctx", "weights", "KV", "state", "ckpts", "compute", "runtime", "total", "anonymous",
+                   "file", "placement"), widths))]
     for r in d["memory"]:
         place = r["placement"] or "does not fit"
         if r["placement"] == "gpu+cpu-experts" and r["n_cpu_moe"]:
             place += f" ({r['n_cpu_moe']} in RAM)"
         lines.append("  " + "  ".join(c.rjust(w) for c, w in zip(
             (str(r["n_ctx"]), fmt_gb(r["weights"]), fmt_gb(r["kv_cache"]), fmt_gb(r["state"]),
-             fmt_gb(r["checkpoints"]), fmt_gb(r["compute"]), fmt_gb(r["overhead"]), fmt_gb(r["total"]), place),
-            (7, 10, 10, 10, 10, 10, 10, 10, 22))))
+             fmt_gb(r["checkpoints"]), fmt_gb(r["compute"]), fmt_gb(r["overhead"]), fmt_gb(r["total"]),
+             fmt_gb(r["anonymous"]), fmt_gb(r["mapped"]), place), widths)))
+    if d["memory"]:
+        lines += _memory_notes(d["memory"][0], f["embedding_bytes"])
     lines += ["", f"  on this machine: {d['verdict']}"]
     if d["gave_up"]:
         lines.append(f"  gave up to fit: {', '.join(d['gave_up'])}")
     return "\n".join(lines)
+
+
+def _memory_notes(row: dict, embedding: int) -> list[str]:
+    """What the anonymous and file-backed parts hold, and what RSS will show."""
+    from pocketchat.store.types import human_bytes as fmt_gb
+
+    notes = []
+    if row["repacked"]:
+        notes.append(f"  anonymous: llama.cpp's repacked copy of {fmt_gb(row['repacked'])} of the weights (the "
+                     "types this CPU has interleaved kernels for), the KV cache, state, buffers and runtime")
+    if embedding:
+        notes.append(f"  the {fmt_gb(embedding)} token embeddings are read a row per token, not counted")
+    if row["cold"]:
+        notes.append(f"  after loading, RSS shows about {fmt_gb(row['resident'])}: {fmt_gb(row['cold'])} of it "
+                     "file pages read once while loading (page cache the kernel drops when memory is needed)")
+    return notes
 
 
 def run(args: argparse.Namespace) -> int:

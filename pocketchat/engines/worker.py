@@ -218,7 +218,8 @@ class WorkerEngine:
 
     def chat(self, messages: Sequence[Message], options: ChatOptions | None = None
              ) -> Iterator[Chunk]:
-        snapshot = tuple(Message(m.role, m.content) for m in messages)
+        snapshot = tuple(m if isinstance(m, Message) else Message(m.role, m.content)
+                         for m in messages)  # frozen: the caller cannot change them later
         return self._chat(snapshot, options or ChatOptions())
 
     def _chat(self, messages: tuple[Message, ...], options: ChatOptions) -> Iterator[Chunk]:

@@ -53,6 +53,10 @@ class ModelFacts:
     expert_layer_bytes: tuple[tuple[int, int], ...] = ()  # (layer, routed expert bytes)
     header_bytes: int = 0
     merge_count: int = 0
+    # (ggml type, bytes) of the 2-D and 3-D weights a matrix product reads whole, rows a
+    # multiple of 8 (what llama.cpp's CPU backend may repack; select/repack.py says which types)
+    weight_type_bytes: tuple[tuple[int, int], ...] = ()
+    embedding_bytes: int = 0  # token embeddings beside an output matrix: one row read per token
 
     @property
     def expert_bytes(self) -> int:
@@ -70,11 +74,12 @@ class ModelFacts:
 
     @property
     def active_bytes(self) -> int:
-        """Weight bytes read per generated token: the non-expert weights plus the active experts."""
+        """Weight bytes read per generated token: the non-expert weights plus the active experts
+        (of the token embeddings beside an output matrix, only a row: left out)."""
         if not self.is_moe or self.expert_count <= 0:
-            return self.weight_bytes
+            return self.weight_bytes - self.embedding_bytes
         used = min(max(self.expert_used_count, 1), self.expert_count)
-        return self.other_bytes + self.expert_bytes * used // self.expert_count
+        return self.other_bytes - self.embedding_bytes + self.expert_bytes * used // self.expert_count
 
     def kv_bytes_per_token(self, elem_bytes: float = 2.0, *, n_ctx: int | None = None,
                            swa_full: bool = True) -> float:
@@ -187,6 +192,7 @@ def facts_of(info: GGUFInfo) -> ModelFacts:
         if m and EXPERT_TENSOR.search(t.name):
             layer = int(m.group(1))
             experts[layer] = experts.get(layer, 0) + t.nbytes
+    embedding, by_type = _weight_types(info)
     return ModelFacts(
         arch=arch,
         name=info.name,
@@ -210,4 +216,20 @@ def facts_of(info: GGUFInfo) -> ModelFacts:
         expert_layer_bytes=tuple(sorted(experts.items())),
         header_bytes=info.header_bytes,
         merge_count=info.merge_count,
+        weight_type_bytes=tuple(sorted(by_type.items())),
+        embedding_bytes=embedding,
     )
+
+
+def _weight_types(info: GGUFInfo) -> tuple[int, dict[int, int]]:
+    """(token embedding bytes read by row, {ggml type: bytes} of the matrix weights)."""
+    tied = not any(t.name == "output.weight" for t in info.tensors)
+    embedding, by_type = 0, {}
+    for t in info.tensors:
+        if len(t.shape) < 2 or not t.name.endswith(".weight"):
+            continue
+        if t.name == "token_embd.weight" and not tied:  # tied: also the output matrix
+            embedding += t.nbytes
+        elif t.shape[1] % 8 == 0:
+            by_type[t.type] = by_type.get(t.type, 0) + t.nbytes
+    return embedding, by_type

@@ -1,5 +1,6 @@
 """llama-cpp-python's ggml libraries: where they are, whether the RPC backend is there, and the
-one ctypes binding of ggml's backend registry (RPC devices and servers, MoE placement).
+one ctypes binding of ggml's backend registry (RPC devices and servers, MoE placement) and of
+its quantizer (`Ggml.quantize`: benchmarks/pocket_scale.py writes valid quantized blocks with it).
 
 The lookups read file names only; `binding()` loads nothing that `import llama_cpp` has not
 loaded already (the same libraries, opened again for their registry functions).
@@ -36,6 +37,13 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "ggml_backend_dev_backend_reg": (_VP, [_VP]),
     "ggml_backend_dev_buffer_type": (_VP, [_VP]),
     "ggml_backend_buft_name": (_STR, [_VP]),
+    # the quantizer (ggml.h); `type` is enum ggml_type, the numbers of gguf.GGMLQuantizationType
+    "ggml_quantize_chunk": (_SIZE, [ctypes.c_int, _VP, _VP, ctypes.c_int64, ctypes.c_int64,
+                                    ctypes.c_int64, _VP]),
+    "ggml_quantize_requires_imatrix": (ctypes.c_bool, [ctypes.c_int]),
+    "ggml_row_size": (_SIZE, [ctypes.c_int, ctypes.c_int64]),
+    "ggml_blck_size": (ctypes.c_int64, [ctypes.c_int]),
+    "ggml_type_name": (_STR, [ctypes.c_int]),
 }
 
 
@@ -173,6 +181,47 @@ class Ggml:
         """A buffer type's name ("CPU", "CPU_REPACK", "CUDA0" ...), None when it has none."""
         name = self._fn["ggml_backend_buft_name"](buft)
         return name.decode() if name else None
+
+    # -- the quantizer ---------------------------------------------------------------------
+
+    def type_name(self, ggml_type: int) -> str:
+        """ggml's name of a tensor type ("q2_K", "iq1_m" ...)."""
+        return self._fn["ggml_type_name"](ggml_type).decode()
+
+    def block_size(self, ggml_type: int) -> int:
+        """Elements per quantized block (256 for the K and IQ types)."""
+        return int(self._fn["ggml_blck_size"](ggml_type))
+
+    def row_bytes(self, ggml_type: int, n: int) -> int:
+        """Bytes of a row of `n` elements (a multiple of the block size) of that type."""
+        return int(self._fn["ggml_row_size"](ggml_type, n))
+
+    def needs_imatrix(self, ggml_type: int) -> bool:
+        """Whether ggml refuses to quantize to that type without an importance matrix (IQ1_M ...)."""
+        return bool(self._fn["ggml_quantize_requires_imatrix"](ggml_type))
+
+    def quantize(self, ggml_type: int, rows: Any, imatrix: Any = None) -> bytes:
+        """`rows` (a C-contiguous float32 numpy array, one row per line) quantized by ggml's own
+        `ggml_quantize_chunk`; `imatrix`: one float32 weight per column, or None."""
+        import numpy as np
+
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        if rows.ndim != 2:
+            raise ValueError("quantize takes a 2-D array of rows")
+        nrows, n = rows.shape
+        if n % self.block_size(ggml_type):
+            raise ValueError(f"{n} columns is not a multiple of {self.type_name(ggml_type)}'s block")
+        if imatrix is None and self.needs_imatrix(ggml_type):
+            raise ValueError(f"{self.type_name(ggml_type)} needs an importance matrix")
+        if imatrix is not None:
+            imatrix = np.ascontiguousarray(imatrix, dtype=np.float32)
+            if imatrix.shape != (n,):
+                raise ValueError(f"the importance matrix has {imatrix.shape}, the rows {n} columns")
+        out = ctypes.create_string_buffer(self.row_bytes(ggml_type, n) * nrows)
+        written = self._fn["ggml_quantize_chunk"](
+            ggml_type, rows.ctypes.data, out, 0, nrows, n,
+            imatrix.ctypes.data if imatrix is not None else None)
+        return out.raw[:written]
 
 
 _binding: Ggml | None = None

@@ -17,6 +17,7 @@ from pocketchat.select.catalog import bytes_per_token, expert_bytes
 from typing import Sequence
 
 from pocketchat.select.budget import Link
+from pocketchat.select.repack import pocket_type_bytes, repacked_bytes
 from pocketchat.types import GPU, MAX_CHECKPOINTS, MiB, Build, Helper, checkpoint_bytes
 
 # KV cache at F16: only the 10 full-attention layers hold one:
@@ -93,21 +94,41 @@ def gpu_bandwidth_gbps(gpu: GPU) -> float:
 class MemoryNeed:
     """Bytes one build needs at one context, split by where they live."""
 
-    weights: int
+    weights: int  # the weights decoding reads (not the token embeddings: a row per token)
     kv_cache: int
     state: int
     compute: int
     overhead: int
     checkpoints: int = 0  # copies of the recurrent state the prompt cache keeps (RAM)
+    repacked: int = 0  # of `weights`: held as llama.cpp's repacked copy, in anonymous memory
+    cold: int = 0  # file pages a load maps and reads that decoding never reads again
 
     @property
     def total(self) -> int:
+        """What the load needs resident to decode at full speed."""
         return self.weights + self.kv_cache + self.state + self.compute + self.overhead + self.checkpoints
 
     @property
     def host(self) -> int:
         """Bytes that stay in RAM wherever the model runs: the runtime and the checkpoints."""
         return self.overhead + self.checkpoints
+
+    @property
+    def anonymous(self) -> int:
+        """The part that is anonymous memory (cannot be paged out without swap): the repacked
+        weights, KV cache, recurrent state, compute buffers, runtime and checkpoints."""
+        return self.total - self.mapped
+
+    @property
+    def mapped(self) -> int:
+        """The part read from the file's mapping (page cache the kernel may drop and re-read)."""
+        return self.weights - self.repacked
+
+    @property
+    def resident(self) -> int:
+        """What the process's RSS shows after a load while memory is plentiful: the need plus
+        the file pages the load read once (the repacked weights' own pages, the embeddings)."""
+        return self.total + self.cold
 
 
 def kv_cache_bytes(n_ctx: int, kv_bytes_per_token: int = KV_BYTES_PER_TOKEN) -> int:
@@ -135,18 +156,23 @@ def compute_bytes(facts: ModelFacts, n_ctx: int, *, on_gpu: bool, n_batch: int =
 
 
 def need_from_facts(facts: ModelFacts, n_ctx: int, *, on_gpu: bool = False, kv_type: str = "f16",
-                    n_batch: int = 512, checkpoints: int = MAX_CHECKPOINTS) -> MemoryNeed:
+                    n_batch: int = 512, checkpoints: int = MAX_CHECKPOINTS,
+                    repack: frozenset[int] = frozenset()) -> MemoryNeed:
     """Weights + KV cache + recurrent state + compute + runtime + `checkpoints` copies of the
-    state, from the header's facts."""
+    state, from the header's facts. `repack`: the ggml types llama.cpp repacks on this CPU
+    (select/repack.py); on the CPU those weights become anonymous memory."""
     ctx = effective_ctx(facts, n_ctx)
     elem = KV_ELEM_BYTES.get(kv_type.lower(), 2.0)
+    repacked = 0 if on_gpu else repacked_bytes(facts.weight_type_bytes, repack)
     return MemoryNeed(
-        weights=facts.weight_bytes,
+        weights=facts.weight_bytes - facts.embedding_bytes,
         kv_cache=int(facts.kv_bytes_per_token(elem) * ctx),
         state=facts.recurrent_state_bytes,
         compute=compute_bytes(facts, ctx, on_gpu=on_gpu, n_batch=min(n_batch, ctx)),
         overhead=runtime_bytes(facts),
         checkpoints=checkpoint_bytes(facts.recurrent_state_bytes, checkpoints),
+        repacked=repacked,
+        cold=repacked + facts.embedding_bytes,
     )
 
 
@@ -184,14 +210,18 @@ def build_from_facts(facts: ModelFacts, name: str, *, repo_id: str = "", filenam
 
 
 def memory_need(build: Build, n_ctx: int, *, kv_bytes_per_token: int = KV_BYTES_PER_TOKEN,
-                on_gpu: bool = False, checkpoints: int = MAX_CHECKPOINTS, n_batch: int = 512) -> MemoryNeed:
+                on_gpu: bool = False, checkpoints: int = MAX_CHECKPOINTS, n_batch: int = 512,
+                repack: frozenset[int] = frozenset()) -> MemoryNeed:
     """Weights + KV cache + recurrent state + compute buffers + runtime overhead + checkpoints.
 
     `n_batch` counts only with the header's facts: the offline fallback's compute figure is a
-    measured constant."""
+    measured constant. `repack`: the types llama.cpp repacks on this CPU (`repack.repacked_types`);
+    without the header, a POCKET build's share of each type comes from its quant."""
     if build.facts is not None:
-        return need_from_facts(build.facts, n_ctx, on_gpu=on_gpu, checkpoints=checkpoints, n_batch=n_batch)
+        return need_from_facts(build.facts, n_ctx, on_gpu=on_gpu, checkpoints=checkpoints, n_batch=n_batch,
+                               repack=repack)
     state = RECURRENT_STATE_BYTES if build.expert_fraction > 0 else 0
+    repacked = 0 if on_gpu else repacked_bytes(pocket_type_bytes(build.quant, build.size_bytes), repack)
     return MemoryNeed(
         weights=build.size_bytes,
         kv_cache=kv_cache_bytes(n_ctx, kv_bytes_per_token),
@@ -199,6 +229,8 @@ def memory_need(build: Build, n_ctx: int, *, kv_bytes_per_token: int = KV_BYTES_
         compute=COMPUTE_BASE_BYTES + n_ctx * COMPUTE_PER_TOKEN_BYTES,
         overhead=RUNTIME_OVERHEAD_BYTES,
         checkpoints=checkpoint_bytes(state, checkpoints),
+        repacked=repacked,
+        cold=repacked,
     )
 
 

@@ -218,7 +218,9 @@ def judge(build: Build, budget: Budget | HardwareProfile, *, lang: str = "en", n
                      eligible=why_not is None, why_not=why_not or "", downloaded=downloaded,
                      speed_source=label,
                      gave_up=lost, traded=fit is not None and c.step.traded,
-                     split=fit.split if fit else (c.tried[-1].split if c.tried else None))
+                     split=fit.split if fit else (c.tried[-1].split if c.tried else None),
+                     estimated_anonymous_bytes=fit.anonymous if fit else None,
+                     estimated_repacked_bytes=fit.repacked if fit else None)
 
 
 def _gave_up_note(lost: tuple[str, ...]) -> str | None:

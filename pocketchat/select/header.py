@@ -16,6 +16,7 @@ from pocketchat.select import estimate as est
 from pocketchat.select import fit
 from pocketchat.select.budget import Budget
 from pocketchat.select.estimate import MemoryNeed, build_from_facts, fmt_gb
+from pocketchat.select.repack import repacked_types
 from pocketchat.types import HardwareProfile
 
 TABLE_CTX = (2048, 8192, 32768, 131072)
@@ -49,9 +50,11 @@ class TableRow:
 
 def memory_table(facts: ModelFacts, profile: HardwareProfile, name: str,
                  sizes: tuple[int, ...] = TABLE_CTX) -> list[TableRow]:
-    """Memory per context size (up to the trained context) and the placement that fits, if any."""
+    """Memory per context size (up to the trained context) on the CPU, with llama.cpp's repacked
+    copy of weights as this machine's CPU makes it, and the placement that fits, if any."""
     build = build_from_facts(facts, name)
     limit = facts.context_length or max(sizes)
     ctxs = sorted({c for c in sizes if c <= limit} | ({limit} if limit < max(sizes) else set()))
-    return [TableRow(c, est.memory_need(build, c), fit.choose_fit(build, profile, c, "llama.cpp"))
+    repack = repacked_types(profile)
+    return [TableRow(c, est.memory_need(build, c, repack=repack), fit.choose_fit(build, profile, c, "llama.cpp"))
             for c in ctxs]

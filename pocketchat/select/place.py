@@ -15,6 +15,7 @@ from pocketchat.select import estimate as est
 from pocketchat.select.budget import Budget, cpu_budget, gpu_budget, main_gpu, ram_reserve
 from pocketchat.select.estimate import fmt_gb
 from pocketchat.select.ladder import Step
+from pocketchat.select.repack import repacked_types
 from pocketchat.types import GPU, Build, HardwareProfile, Split
 
 
@@ -31,6 +32,10 @@ class Fit:
     n_cpu_moe: int = 0  # expert layers kept in RAM (the first N); with cpu_moe, all of them
     split: Split | None = None  # the layers over a pool
     short: str = ""  # human text when it does not fit ("needs X; <short>"); default "only <where>"
+    # On the CPU: the part of `memory` that is anonymous (the rest is the file's mapping) and,
+    # of it, llama.cpp's repacked copy of weights; None elsewhere.
+    anonymous: int | None = None
+    repacked: int | None = None
 
     @property
     def shortfall(self) -> str:
@@ -42,7 +47,8 @@ def placements(build: Build, budget: Budget, step: Step, backend: str | None) ->
     if budget.pooled:
         return [pooled(build, budget, step)]
     profile = budget.machine
-    need = est.memory_need(build, step.n_ctx, checkpoints=step.checkpoints, n_batch=step.n_batch)
+    need = est.memory_need(build, step.n_ctx, checkpoints=step.checkpoints, n_batch=step.n_batch,
+                           repack=repacked_types(profile))
     total = need.total
     gpu = main_gpu(profile)
     ram = cpu_budget(profile)
@@ -57,7 +63,8 @@ def placements(build: Build, budget: Budget, step: Step, backend: str | None) ->
     if gpu is not None and profile.llama_gpu_offload is not False:
         options += _gpu_options(build, profile, gpu, step, ram)
     options.append(Fit("cpu", 0, False, total, total <= ram,
-                       f"{fmt_gb(ram)} of RAM free after a {fmt_gb(ram_reserve(profile))} reserve"))
+                       f"{fmt_gb(ram)} of RAM free after a {fmt_gb(ram_reserve(profile))} reserve",
+                       anonymous=need.anonymous, repacked=need.repacked))
     return options
 
 

@@ -51,6 +51,9 @@ def format_recommendation(rec: Recommendation) -> str:
         lines.append(f"Recommended: {r.build.id} ({fmt_gb(r.build.size_bytes)}, {r.build.quant}, {r.build.backend})")
         lines.append(f"  placement: {r.plan.describe()}; context {r.plan.n_ctx}; "
                      f"~{r.estimated_decode_tok_s:.0f} tok/s ({r.speed_source})")
+        if r.estimated_anonymous_bytes is not None:
+            lines += _wrap("  memory: " + memory_parts(r.estimated_memory_bytes, r.estimated_anonymous_bytes,
+                                                        r.estimated_repacked_bytes or 0), "          ")
         lines += _wrap(f"  why: {_without_gave_up(r.reason)}", "       ")
         if r.gave_up:
             lines += _wrap(f"  gave up to fit: {', '.join(r.gave_up)}", "       ")
@@ -89,6 +92,13 @@ def format_recommendation(rec: Recommendation) -> str:
         lines.append("A speed marked measured comes from `pocketchat bench` on this machine; the "
                      "others are scaled by how far the estimate was off there.")
     return "\n".join(lines)
+
+
+def memory_parts(total: int, anonymous: int, repacked: int) -> str:
+    """A CPU plan's memory in words: the anonymous part (and the repacked weights in it), the file's."""
+    copy = f" ({fmt_gb(repacked)} of it llama.cpp's repacked copy of weights)" if repacked else ""
+    return (f"{fmt_gb(total)} to decode at full speed: {fmt_gb(anonymous)} anonymous{copy} + "
+            f"{fmt_gb(total - anonymous)} of the file's pages (page cache)")
 
 
 def _wrap(text: str, indent: str) -> list[str]:

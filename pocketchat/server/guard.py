@@ -1,12 +1,15 @@
 """Who may talk to the server: the API key and, on loopback, the Host header.
 
 - API key: required on every path but /health when one is set (`Authorization: Bearer KEY`),
-  compared in constant time (both sides hashed first, so not even the length leaks).
+  compared in constant time (both sides hashed first, so not even the length leaks). OPTIONS
+  (a browser's CORS preflight, which never carries the key) needs none: it is answered with
+  headers only (cors.py), and no model is reached.
 - Loopback without a key: only requests addressed to localhost / 127.0.0.1 / [::1], or to the
-  loopback address the request arrived on (`serve --host 127.0.0.2`), are served. A web page cannot read the answers anyway (no CORS headers are ever sent), and this
-  also stops DNS rebinding (evil.example resolving to 127.0.0.1) from reaching the model.
+  loopback address the request arrived on (`serve --host 127.0.0.2`), are served. This stops
+  DNS rebinding (evil.example resolving to 127.0.0.1) from reaching the model; which pages may
+  read answers is cors.py's policy.
 - POST bodies must be `application/json`: a browser cannot send that cross-origin without a
-  preflight, which this server never grants.
+  preflight, which cors.py grants only to the allowed origins.
 """
 
 from __future__ import annotations
@@ -78,7 +81,7 @@ class Guard:
             return ApiError("this server answers only requests addressed to localhost or to the "
                             "loopback address it listens on",
                             status=403, type="permission_error", code="host_not_allowed")
-        if self.api_key and scope["path"] not in OPEN_PATHS:
+        if self.api_key and scope["path"] not in OPEN_PATHS and scope["method"] != "OPTIONS":
             auth = headers.get("authorization", "")
             token = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
             if not key_matches(token, self.api_key):

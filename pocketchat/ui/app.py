@@ -22,7 +22,8 @@ from textual.widgets import Footer
 from pocketchat.conversations import Conversation
 from pocketchat.paths import settings
 from pocketchat.engines.types import ChatOptions, Engine, EngineInfo
-from pocketchat.ui.chat import RESTART_HINT, Chat, describe_error
+from pocketchat.ui.chat import RESTART_HINT, Chat
+from pocketchat.ui.format import describe_error
 from pocketchat.ui.messages import (
     EngineFailed,
     EngineLost,

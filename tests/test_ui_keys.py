@@ -13,15 +13,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from scripted_engine import Factory, Reply, ScriptedEngine
-from uitools import SIZE, answered, make, ready, run, screen_text, send, status_text, wait_for
-
+from support.scripted_engine import Factory, Reply, ScriptedEngine
+from support.uitools import SIZE, answered, make, ready, run, screen_text, send, status_text, wait_for
 from pocketchat import cli, conversations
 from pocketchat.conversations import Conversation
 from pocketchat.ui.app import create_app
 from pocketchat.ui.screens import InfoScreen, SystemPromptScreen
 from pocketchat.ui.widgets import Welcome
 from textual.containers import VerticalScroll
+
+pytestmark = pytest.mark.slow  # real models or processes: the second CI lane
 
 PROFILES = Path(__file__).parent / "profiles"
 
@@ -196,8 +197,7 @@ def test_a_chat_is_interrupted_only_when_its_last_answer_was(capsys):
 
 @pytest.mark.slow
 def test_a_worker_killed_while_the_chat_is_idle_is_reported_at_once(starter_gguf):
-    from engine_makers import llama_plan
-
+    from support.engine_makers import llama_plan
     from pocketchat.engines.worker import WorkerEngine
 
     async def scenario():

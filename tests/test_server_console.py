@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from serverproc import REPO, ServerProcess
-
+from support.serverproc import REPO, ServerProcess
 pytestmark = pytest.mark.slow
 
 

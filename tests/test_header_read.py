@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hubserver import hub  # noqa: F401  (fixture)
 
 from pocketchat.cli import main
 from pocketchat.store import cache
@@ -17,7 +16,7 @@ FIRST = "bytes=0-1048575"
 
 
 @pytest.fixture
-def smol(hub):  # noqa: F811
+def smol(hub):
     from pocketchat.store.starter import starter_path
 
     hub.add_repo(REPO, {"Smol-Q4_1.gguf": starter_path()})
@@ -39,6 +38,7 @@ def _downloaded(capsys) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_a_dropped_header_read_resumes_where_it_stopped(smol, capsys):
     smol.faults.drop_after = 300_000  # the first GET (the header read) is cut after 300 kB
     assert main(["download", SPEC, "--yes"]) == 0, capsys.readouterr().err
@@ -47,6 +47,7 @@ def test_a_dropped_header_read_resumes_where_it_stopped(smol, capsys):
     assert ranges[0] == FIRST and ranges[1] == "bytes=300000-1048575", ranges
 
 
+@pytest.mark.slow
 def test_the_header_read_is_retried_after_503s(smol, capsys):
     smol.faults.fail_503 = 2
     assert main(["download", SPEC, "--yes"]) == 0, capsys.readouterr().err
@@ -54,6 +55,7 @@ def test_the_header_read_is_retried_after_503s(smol, capsys):
     assert header_ranges(smol)[:3] == [FIRST] * 3
 
 
+@pytest.mark.slow
 def test_a_stalled_header_read_reconnects_after_the_stall_timeout(smol, capsys):
     smol.faults.stall_after, smol.faults.stall_s = 100_000, 60.0  # longer than the old fixed 30 s
     assert main(["download", SPEC, "--yes", "--stall-timeout", "1"]) == 0, capsys.readouterr().err

@@ -7,8 +7,8 @@ import shutil
 import time
 
 import pytest
-from test_hardening_tmux import _command, _ready, _wait_file
-from test_tmux_e2e import Tmux
+from support import terminal
+from support.terminal import Tmux
 
 pytestmark = [
     pytest.mark.slow,
@@ -19,17 +19,17 @@ pytestmark = [
 def test_the_chat_with_stderr_in_a_file_draws_on_the_terminal(tmp_path):
     pytest.importorskip("llama_cpp")
     log = tmp_path / "err.log"
-    command, exit_file = _command(tmp_path, f"--model starter --no-think 2> {log}")
+    command, exit_file = terminal.command(tmp_path, f"--model starter --no-think 2> {log}")
     tmux = Tmux()
     try:
         tmux("new-session", "-d", "-s", "e2e", "-x", "110", "-y", "34", command)
-        screen = tmux.wait_for(_ready, 90, "the chat on the terminal")
+        screen = tmux.wait_for(terminal.ready, 90, "the chat on the terminal")
         assert "Ask anything" in screen
         tmux("send-keys", "-t", "e2e", "-l", "Say hi.")
         tmux("send-keys", "-t", "e2e", "Enter")
-        tmux.wait_for(lambda s: "Say hi." in s and _ready(s) and "tok/s" in s, 90, "the answer")
+        tmux.wait_for(lambda s: "Say hi." in s and terminal.ready(s) and "tok/s" in s, 90, "the answer")
         tmux("send-keys", "-t", "e2e", "C-q")
-        assert _wait_file(exit_file, 30), tmux.screen()
+        assert terminal.wait_file(exit_file, 30), tmux.screen()
         deadline = time.monotonic() + 10
         while not exit_file.read_text().strip() and time.monotonic() < deadline:
             time.sleep(0.05)  # created by the shell's redirect an instant before it is written
@@ -65,11 +65,11 @@ def test_without_a_controlling_terminal_the_chat_refuses_in_one_line(tmp_path):
 
 def test_ctrl_c_in_a_real_terminal_stops_the_answer_then_quits(tmp_path):
     pytest.importorskip("llama_cpp")
-    command, exit_file = _command(tmp_path, "--model starter --no-think --bench-tokens 3000")
+    command, exit_file = terminal.command(tmp_path, "--model starter --no-think --bench-tokens 3000")
     tmux = Tmux()
     try:
         tmux("new-session", "-d", "-s", "e2e", "-x", "110", "-y", "34", command)
-        tmux.wait_for(_ready, 90, "the starter model to load")
+        tmux.wait_for(terminal.ready, 90, "the starter model to load")
         tmux("send-keys", "-t", "e2e", "-l", "Tell a long story.")
         tmux("send-keys", "-t", "e2e", "Enter")
         tmux.wait_for(lambda s: "Answering" in s, 60, "the answer under way")
@@ -77,7 +77,7 @@ def test_ctrl_c_in_a_real_terminal_stops_the_answer_then_quits(tmp_path):
         tmux.wait_for(lambda s: "Stopped" in s and "interrupted" in s, 30, "the answer to stop")
         assert not exit_file.exists()  # the chat is still open
         tmux("send-keys", "-t", "e2e", "C-c")
-        assert _wait_file(exit_file, 30), tmux.screen()
+        assert terminal.wait_file(exit_file, 30), tmux.screen()
         deadline = time.monotonic() + 10
         while not exit_file.read_text().strip() and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -16,6 +16,8 @@ import pytest
 
 from pocketchat import cli, paths
 
+pytestmark = pytest.mark.slow  # real models or processes: the second CI lane
+
 REPO = Path(__file__).resolve().parents[1]
 TEXT = "café 日本語 ✓ and the rest of the answer"
 
@@ -52,8 +54,7 @@ def test_a_saved_answer_is_printed_whole_to_a_stdout_that_cannot_encode_it(encod
 
 def test_a_one_shot_answer_is_printed_whole_to_a_latin1_stdout(monkeypatch):
     """The engine is scripted (its words must be known); the stdout is a real Latin-1 stream."""
-    from scripted_engine import Reply, ScriptedEngine
-
+    from support.scripted_engine import Reply, ScriptedEngine
     import pocketchat.engines as engines
 
     monkeypatch.setattr(engines, "open_engine", lambda *a, **k: ScriptedEngine([Reply(TEXT)]))
@@ -80,8 +81,7 @@ BENCH = ["bench", "--model", "starter", "-p", "16", "-n", "4", "-r", "1", "--in-
 
 
 def test_bench_in_a_read_only_home_names_the_folder(tmp_path):
-    from readonly import read_only
-
+    from support.readonly import read_only
     home = tmp_path / "home"
     with read_only(home):
         done = _pocketchat(BENCH, _home_env(home))

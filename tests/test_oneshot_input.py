@@ -29,11 +29,11 @@ def test_the_first_dash_p_offline_with_nothing_on_disk_mentions_the_starter(monk
 # -- --continue after the chat's model was removed ------------------------------------------
 
 
+@pytest.mark.slow
 def test_continue_after_the_chats_model_was_removed_names_it(tmp_path):
     """The real chat, offline: the chat's model file is gone, so the starter is taken (--yes),
     and the chat says which model it was held with."""
-    from uitools import SIZE, ready, run, screen_text, wait_for
-
+    from support.uitools import SIZE, ready, run, screen_text, wait_for
     from pocketchat.commands import chat
     from pocketchat.commands.selection import Selection
     from pocketchat.ui.app import create_app
@@ -110,3 +110,18 @@ def test_question_from_a_real_pipe_in_a_child_process():
                           capture_output=True, text=True, env=env, timeout=60)
     assert done.stdout.strip() == repr("A report.\n\nWhat is it about?"), done.stderr
     assert prompt_input.__doc__ and "ollama" in prompt_input.__doc__
+
+
+def test_the_one_shot_command_asks_about_the_piped_document():
+    """`echo TEXT | pocketchat -p QUESTION`: oneshot's own reading of the question uses both."""
+    import argparse
+
+    from pocketchat.commands import oneshot
+
+    read, write = os.pipe()
+    os.write(write, b"The meeting moved to Tuesday.\n")
+    os.close(write)
+    with os.fdopen(read) as stdin:
+        args = argparse.Namespace(prompt="When is the meeting?")
+        asked = oneshot.read_prompt(args, stdin)
+    assert asked == "The meeting moved to Tuesday.\n\nWhen is the meeting?"

@@ -1,0 +1,284 @@
+"""A tiny random-weight `qwen35moe` GGUF (POCKET's architecture) written with the `gguf` package.
+
+Four layers: three Gated-DeltaNet (recurrent) layers and one full-attention layer (every 4th,
+as in POCKET), eight routed experts (two active) plus a shared expert, a 64-wide model and the
+byte-level vocabulary of `tinymoe`. About 1 MB; llama.cpp loads it and generates nonsense.
+`Qwen35Shape`, `tensor_table` and `add_hparams` describe the architecture at any size
+(benchmarks/pocket_scale.py writes POCKET's full size from them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from support.tinymoe import CHAT_TEMPLATE, SPECIALS, byte_symbols
+N_EMBD = 64
+N_HEAD = 4
+N_HEAD_KV = 2
+HEAD_DIM = 16
+N_LAYER = 4
+FULL_ATTENTION_INTERVAL = 4
+N_EXPERT = 8
+N_EXPERT_USED = 2
+N_FF_EXP = 32
+N_FF_SHEXP = 32
+N_CTX_TRAIN = 32768
+# Gated DeltaNet: head dim (state size) 16, 2 key heads (groups), 4 value heads.
+SSM_STATE = 16
+SSM_GROUPS = 2
+SSM_V_HEADS = 4
+SSM_INNER = SSM_STATE * SSM_V_HEADS
+SSM_CONV = 4
+
+
+# Behaves like Qwen3.5/3.6's template where prompt reuse is concerned: earlier assistant turns
+# are rendered without their reasoning; the generation prompt ends in `<think>\n` (thinking
+# on) or `<think>\n\n</think>\n\n` (off).
+QWEN35_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{%- if message.role == 'assistant' %}"
+    "{%- set content = message.content %}"
+    "{%- if '</think>' in content %}{%- set content = content.split('</think>')[-1].lstrip('\\n') %}{%- endif %}"
+    "{{- '<|im_start|>assistant\\n' + content + '<|im_end|>\\n' }}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}{%- else %}{{- '<think>\\n' }}{%- endif %}"
+    "{%- endif %}"
+)
+
+# Like Qwen3.5/3.6's template where tools are concerned (written for these tests): the tools are
+# listed as JSON lines inside <tools></tools> in the system turn with the XML call format; an
+# assistant turn's tool_calls are rendered in that format (arguments iterated as an object, a
+# non-string value as JSON); tool results are user turns wrapped in <tool_response>; the
+# reasoning of the turns after the last user message is kept (`reasoning_content`), or of
+# every turn with `preserve_thinking`.
+QWEN35_TOOLS_TEMPLATE = (
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\n' }}"
+    "{%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n\\n' }}{%- endif %}"
+    "{{- '# Tools\\n\\nYou have access to the following functions:\\n\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}"
+    "{{- '\\n</tools>\\n\\nTo call a function reply with:\\n<tool_call>\\n<function=NAME>\\n"
+    "<parameter=NAME>\\nVALUE\\n</parameter>\\n</function>\\n</tool_call><|im_end|>\\n' }}"
+    "{%- elif messages[0].role == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- set ns = namespace(last_user=-1) %}"
+    "{%- for m in messages %}{%- if m.role == 'user' %}{%- set ns.last_user = loop.index0 %}{%- endif %}{%- endfor %}"
+    "{%- for m in messages %}"
+    "{%- if m.role == 'system' %}{%- if not loop.first %}"
+    "{{- '<|im_start|>system\\n' + m.content + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- elif m.role == 'user' %}{{- '<|im_start|>user\\n' + m.content + '<|im_end|>\\n' }}"
+    "{%- elif m.role == 'assistant' %}"
+    "{%- set content = m.content or '' %}"
+    "{%- if '</think>' in content %}{%- set content = content.split('</think>')[-1].lstrip('\\n') %}{%- endif %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{%- if m.reasoning_content is defined and m.reasoning_content is not none and "
+    "(loop.index0 > ns.last_user or preserve_thinking is defined and preserve_thinking) %}"
+    "{{- '<think>\\n' + m.reasoning_content + '\\n</think>\\n\\n' }}{%- endif %}"
+    "{{- content }}"
+    "{%- if m.tool_calls %}{%- for call in m.tool_calls %}"
+    "{%- if content or not loop.first %}{{- '\\n' }}{%- endif %}"
+    "{{- '<tool_call>\\n<function=' + call.function.name + '>\\n' }}"
+    "{%- for key, value in call.function.arguments.items() %}"
+    "{{- '<parameter=' + key + '>\\n' }}"
+    "{%- if value is string %}{{- value }}{%- else %}{{- value | tojson }}{%- endif %}"
+    "{{- '\\n</parameter>\\n' }}"
+    "{%- endfor %}"
+    "{{- '</function>\\n</tool_call>' }}"
+    "{%- endfor %}{%- endif %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- elif m.role == 'tool' %}"
+    "{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' + m.content + '\\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}{%- else %}{{- '<think>\\n' }}{%- endif %}"
+    "{%- endif %}"
+)
+
+
+@dataclass(frozen=True)
+class Qwen35Shape:
+    """The sizes of a `qwen35moe` model: everything its tensor table and hparams follow from.
+
+    `tensor_table` and `add_hparams` are the one description of the architecture's tensors
+    and keys; the tiny test model and benchmarks/pocket_scale.py (full size) both use them.
+    """
+
+    n_embd: int = N_EMBD
+    n_head: int = N_HEAD
+    n_head_kv: int = N_HEAD_KV
+    head_dim: int = HEAD_DIM
+    n_layer: int = N_LAYER
+    full_attention_interval: int = FULL_ATTENTION_INTERVAL
+    n_expert: int = N_EXPERT
+    n_expert_used: int = N_EXPERT_USED
+    n_ff_exp: int = N_FF_EXP
+    n_ff_shexp: int = N_FF_SHEXP
+    n_ctx_train: int = N_CTX_TRAIN
+    ssm_state: int = SSM_STATE  # Gated DeltaNet head dim (keys and values)
+    ssm_groups: int = SSM_GROUPS  # key heads
+    ssm_v_heads: int = SSM_V_HEADS  # value heads
+    ssm_conv: int = SSM_CONV
+    rope_dims: int = 8
+    rope_sections: tuple[int, int, int, int] = (2, 1, 1, 0)
+    rope_base: float = 10000.0
+
+    @property
+    def ssm_inner(self) -> int:
+        return self.ssm_state * self.ssm_v_heads
+
+    def is_full_attention(self, layer: int) -> bool:
+        return (layer + 1) % self.full_attention_interval == 0
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One tensor: its name, its dims in llama.cpp's order (ne), and how it starts:
+    "normal" (random), "ones" (norm weights) or "neg_ones" (DeltaNet's A)."""
+
+    name: str
+    ne: tuple[int, ...]
+    init: str = "normal"
+
+
+TINY = Qwen35Shape()
+
+
+def tensor_table(shape: Qwen35Shape, n_vocab: int) -> list[TensorSpec]:
+    """Every tensor of a `qwen35moe` model of `shape`, in file order."""
+    s, e = shape, shape.n_embd
+    key_dim, value_dim = s.ssm_state * s.ssm_groups, s.ssm_inner
+    out = [TensorSpec("token_embd.weight", (e, n_vocab)), TensorSpec("output_norm.weight", (e,), "ones"),
+           TensorSpec("output.weight", (e, n_vocab))]
+    for i in range(s.n_layer):
+        p = f"blk.{i}."
+        out += [TensorSpec(p + "attn_norm.weight", (e,), "ones"),
+                TensorSpec(p + "post_attention_norm.weight", (e,), "ones")]
+        if s.is_full_attention(i):
+            out += [TensorSpec(p + "attn_q.weight", (e, s.head_dim * s.n_head * 2)),
+                    TensorSpec(p + "attn_k.weight", (e, s.head_dim * s.n_head_kv)),
+                    TensorSpec(p + "attn_v.weight", (e, s.head_dim * s.n_head_kv)),
+                    TensorSpec(p + "attn_output.weight", (s.head_dim * s.n_head, e)),
+                    TensorSpec(p + "attn_q_norm.weight", (s.head_dim,), "ones"),
+                    TensorSpec(p + "attn_k_norm.weight", (s.head_dim,), "ones")]
+        else:
+            out += [TensorSpec(p + "attn_qkv.weight", (e, key_dim * 2 + value_dim)),
+                    TensorSpec(p + "attn_gate.weight", (e, value_dim)),
+                    TensorSpec(p + "ssm_conv1d.weight", (s.ssm_conv, key_dim * 2 + value_dim)),
+                    TensorSpec(p + "ssm_dt.bias", (s.ssm_v_heads,)),
+                    TensorSpec(p + "ssm_a", (s.ssm_v_heads,), "neg_ones"),
+                    TensorSpec(p + "ssm_beta.weight", (e, s.ssm_v_heads)),
+                    TensorSpec(p + "ssm_alpha.weight", (e, s.ssm_v_heads)),
+                    TensorSpec(p + "ssm_norm.weight", (s.ssm_state,), "ones"),
+                    TensorSpec(p + "ssm_out.weight", (value_dim, e))]
+        out += [TensorSpec(p + "ffn_gate_inp.weight", (e, s.n_expert)),
+                TensorSpec(p + "ffn_gate_exps.weight", (e, s.n_ff_exp, s.n_expert)),
+                TensorSpec(p + "ffn_up_exps.weight", (e, s.n_ff_exp, s.n_expert)),
+                TensorSpec(p + "ffn_down_exps.weight", (s.n_ff_exp, e, s.n_expert)),
+                TensorSpec(p + "ffn_gate_inp_shexp.weight", (e,)),
+                TensorSpec(p + "ffn_gate_shexp.weight", (e, s.n_ff_shexp)),
+                TensorSpec(p + "ffn_up_shexp.weight", (e, s.n_ff_shexp)),
+                TensorSpec(p + "ffn_down_shexp.weight", (s.n_ff_shexp, e))]
+    return out
+
+
+def add_hparams(w, shape: Qwen35Shape) -> None:
+    """The architecture's keys (sizes, attention, experts, DeltaNet) on a `gguf.GGUFWriter`."""
+    s, arch = shape, "qwen35moe"
+    w.add_context_length(s.n_ctx_train)
+    w.add_embedding_length(s.n_embd)
+    w.add_block_count(s.n_layer)
+    w.add_feed_forward_length(s.n_ff_exp * s.n_expert_used)
+    w.add_expert_feed_forward_length(s.n_ff_exp)
+    w.add_expert_shared_feed_forward_length(s.n_ff_shexp)
+    w.add_head_count(s.n_head)
+    w.add_head_count_kv(s.n_head_kv)
+    w.add_key_length(s.head_dim)
+    w.add_value_length(s.head_dim)
+    w.add_rope_dimension_count(s.rope_dims)
+    w.add_rope_dimension_sections(list(s.rope_sections))
+    w.add_rope_freq_base(s.rope_base)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_expert_count(s.n_expert)
+    w.add_expert_used_count(s.n_expert_used)
+    w.add_ssm_conv_kernel(s.ssm_conv)
+    w.add_ssm_inner_size(s.ssm_inner)
+    w.add_ssm_state_size(s.ssm_state)
+    w.add_ssm_time_step_rank(s.ssm_v_heads)
+    w.add_ssm_group_count(s.ssm_groups)
+    w.add_uint32(f"{arch}.full_attention_interval", s.full_attention_interval)
+
+
+def write_tiny_qwen35moe(path: Path, *, seed: int = 0, n_layer: int = N_LAYER,
+                         chat_template: str = CHAT_TEMPLATE) -> Path:
+    import gguf
+
+    shape = replace(TINY, n_layer=n_layer)
+    rng = np.random.default_rng(seed)
+    tokens = byte_symbols() + ["he", "ll"] + SPECIALS
+    token_types = [gguf.TokenType.NORMAL] * 258 + [gguf.TokenType.CONTROL] * 3 + [
+        gguf.TokenType.USER_DEFINED
+    ] * 2
+    n_vocab = len(tokens)
+    w = gguf.GGUFWriter(str(path), "qwen35moe")
+    w.add_name("tiny-qwen35moe-test")
+    add_hparams(w, shape)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(tokens)
+    w.add_token_types(token_types)
+    w.add_token_merges(["h e", "l l"])
+    w.add_bos_token_id(tokens.index("<|endoftext|>"))
+    w.add_eos_token_id(tokens.index("<|im_end|>"))
+    w.add_pad_token_id(tokens.index("<|endoftext|>"))
+    w.add_add_bos_token(False)
+    w.add_chat_template(chat_template)
+    for spec in tensor_table(shape, n_vocab):
+        dims = tuple(reversed(spec.ne))  # numpy's order
+        if spec.init == "normal":
+            data = (rng.standard_normal(dims) * 0.2).astype(np.float32)
+        else:
+            data = np.full(dims, 1.0 if spec.init == "ones" else -1.0, dtype=np.float32)
+        w.add_tensor(spec.name, data)
+
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+try:
+    import pytest
+
+    @pytest.fixture(scope="session")
+    def tiny_qwen35moe(tmp_path_factory) -> Path:
+        """The tiny qwen35moe GGUF, written once per session (import this name into a test module)."""
+        return write_tiny_qwen35moe(tmp_path_factory.mktemp("tinyq35") / "tiny-qwen35moe.gguf")
+
+    @pytest.fixture(scope="session")
+    def tiny_qwen35(tmp_path_factory) -> Path:
+        """The same with the Qwen3.5-like chat template (prompt reuse tests)."""
+        return write_tiny_qwen35moe(tmp_path_factory.mktemp("tinyq35t") / "tiny-qwen35moe.gguf",
+                                    chat_template=QWEN35_TEMPLATE)
+
+    @pytest.fixture(scope="session")
+    def tiny_qwen35_tools(tmp_path_factory) -> Path:
+        """The same with the Qwen3.5-like template that renders tools (tool call tests)."""
+        return write_tiny_qwen35moe(tmp_path_factory.mktemp("tinyq35tools") / "tiny-qwen35moe.gguf",
+                                    chat_template=QWEN35_TOOLS_TEMPLATE)
+except ImportError:  # used outside pytest
+    pass
