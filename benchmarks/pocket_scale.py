@@ -369,7 +369,9 @@ def speed_estimate(path: Path, gbps: float, threads: int) -> float:
     from pocketchat.select.estimate import build_from_facts, decode_tok_s
 
     build = build_from_facts(facts_of(check_gguf(path)), path.name)
-    return decode_tok_s(build, "cpu", cpu_bandwidth_gbps=gbps, threads=threads)
+    import platform
+
+    return decode_tok_s(build, "cpu", cpu_bandwidth_gbps=gbps, threads=threads, arch=platform.machine())
 
 
 def med(xs: list[float]) -> float:
