@@ -1,7 +1,7 @@
 """Download throughput: pocketchat's store vs plain `hf_hub_download`, same file, same local server.
 
 Run: python benchmarks/bench_download.py [--mb 200] [--runs 3]
-Generates a file, serves it from the test Hub server on 127.0.0.1 (tests/hubserver.py, in its
+Generates a file, serves it from the test Hub server on 127.0.0.1 (tests/support/hubserver.py, in its
 own process), and
 downloads it into a fresh Hugging Face cache with each client in turn (alternating, so neither
 always goes first). Prints each run, the median and best throughput of each and their ratios
@@ -74,7 +74,7 @@ def run_pocketchat(root: Path, endpoint: str) -> float:
 
 def serve(path: Path) -> None:
     """Child process: serve one file, print the URL, run until stdin closes."""
-    from hubserver import HubServer
+    from support.hubserver import HubServer
 
     with HubServer() as hub:
         hub.add_repo(REPO, {FILE: path})

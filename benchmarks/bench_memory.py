@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from memprobe import MiB, models_here, within  # noqa: E402
-from memprobe import measure  # noqa: E402
+from support.memprobe import MiB, models_here, within  # noqa: E402
+from support.memprobe import measure  # noqa: E402
 from pocketchat.modelfile.facts import facts_of  # noqa: E402
 from pocketchat.modelfile.gguf import check_gguf  # noqa: E402
 from pocketchat.select.estimate import need_from_facts  # noqa: E402

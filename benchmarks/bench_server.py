@@ -33,7 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from serverproc import ServerProcess  # noqa: E402
+from support.serverproc import ServerProcess  # noqa: E402
 
 PROMPT = [{"role": "user", "content": "Write a short story about a lighthouse keeper and a storm."}]
 

@@ -1,6 +1,6 @@
 """Ten chat turns, pocketchat against llama-cpp-python's own `create_chat_completion`.
 
-On the tiny random-weight `qwen35moe` GGUF (POCKET's hybrid architecture, tests/tinyqwen35.py)
+On the tiny random-weight `qwen35moe` GGUF (POCKET's hybrid architecture, tests/support/tinyqwen35.py)
 and on the starter model (SmolLM2-135M, attention only): the same conversation (user messages
 of about 150 tokens, greedy answers capped at 32 tokens; pocketchat's answers are the history
 both are sent), thinking on (the templates' default). Turns alternate between the two, so the
@@ -117,7 +117,7 @@ def bench_model(name: str, path: Path, turns: int, threads: int) -> list[dict]:
 
 def bench_mlx(turns: int, threads: int) -> list[dict]:
     """The toy `qwen3_5_moe` MLX model (DeltaNet state + KV layers + experts): pocketchat only."""
-    from mlx_fixture import write_tiny_qwen35_moe
+    from support.mlx_fixture import write_tiny_qwen35_moe
     from pocketchat.engines.mlx.engine import MlxEngine
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -187,7 +187,7 @@ def main() -> int:
                     help="run the conversation this many times; each figure is the median")
     args = ap.parse_args()
     from pocketchat.store.starter import starter_path
-    from tinyqwen35 import QWEN35_TEMPLATE, write_tiny_qwen35moe
+    from support.tinyqwen35 import QWEN35_TEMPLATE, write_tiny_qwen35moe
 
     with tempfile.TemporaryDirectory() as tmp:
         models = {"qwen35moe": write_tiny_qwen35moe(Path(tmp) / "tiny-qwen35moe.gguf", chat_template=QWEN35_TEMPLATE),

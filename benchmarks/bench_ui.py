@@ -68,7 +68,7 @@ def headless_run(engine, tokens: int) -> float:
 
 def measure(choice, runs: int, tokens: int) -> tuple[list[float], list[float], list[float]]:
     """Alternate headless and in-app answers, so both see the same load on the machine."""
-    from uitools import ready, send, status_text
+    from support.uitools import ready, send, status_text
 
     from pocketchat.engines import open_engine
     from pocketchat.ui.app import create_app

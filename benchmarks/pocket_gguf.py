@@ -2,7 +2,7 @@
 
 The shape (40 blocks, a full-attention layer every 4th and Gated DeltaNet otherwise, 256 routed
 experts of width 512 plus the shared expert, hidden 2048, vocabulary 248,320) is
-`tests/tinyqwen35.py`'s `Qwen35Shape` at POCKET's sizes; its tensor table and hparams come from
+`tests/support/tinyqwen35.py`'s `Qwen35Shape` at POCKET's sizes; its tensor table and hparams come from
 the same functions the tiny test model uses. Each tensor gets the type llama.cpp's quantizer
 (`llama-quant.cpp` of the llama.cpp that llama-cpp-python 0.3.36 vendors) gives it for the
 build's file type and this architecture:
@@ -41,8 +41,8 @@ for _p in (str(REPO), str(REPO / "tests")):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-from tinymoe import SPECIALS, byte_symbols  # noqa: E402
-from tinyqwen35 import QWEN35_TEMPLATE, Qwen35Shape, TensorSpec, add_hparams, tensor_table  # noqa: E402
+from support.tinymoe import SPECIALS, byte_symbols  # noqa: E402
+from support.tinyqwen35 import QWEN35_TEMPLATE, Qwen35Shape, TensorSpec, add_hparams, tensor_table  # noqa: E402
 
 # POCKET-35B (shared/pocket-builds.md): Qwen3.5-35B-A3B's shape.
 POCKET = Qwen35Shape(

@@ -41,7 +41,7 @@ BLOCKS = [
 
 def answer_text(tokens: int) -> str:
     """Markdown of about `tokens` scripted tokens (words), blocks repeated."""
-    from scripted_engine import tokens as split
+    from support.scripted_engine import tokens as split
 
     parts: list[str] = []
     count = 0
@@ -55,7 +55,7 @@ def answer_text(tokens: int) -> str:
 
 def serve(tokens: int, rate: float) -> None:
     """Run the chat app on a scripted engine that answers `tokens` tokens at `rate` a second."""
-    from scripted_engine import Factory, Reply, ScriptedEngine
+    from support.scripted_engine import Factory, Reply, ScriptedEngine
 
     from pocketchat.ui.app import create_app
 
@@ -71,7 +71,7 @@ def measure(tokens: int, rate: float, runs: int) -> list[float]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env_words = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()
                          if k.startswith(("POCKETCHAT_", "HF_", "PYTHONPATH", "UI_")))
-    from scripted_engine import tokens as split
+    from support.scripted_engine import tokens as split
 
     expected = len(split(answer_text(tokens)))
     tmux = terminal.Tmux()

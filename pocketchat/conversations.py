@@ -129,6 +129,16 @@ class Conversation:
             self.title = make_title(content)
         return message
 
+    def context_used(self) -> int:
+        """Tokens of context the chat filled at its last answer (0 when none is known)."""
+        for message in reversed(self.messages):
+            if message.role == "assistant" and message.stats:
+                try:
+                    return max(int(message.stats.get("context_used") or 0), 0)
+                except (TypeError, ValueError):
+                    return 0
+        return 0
+
     def last_answer(self) -> ChatMessage | None:
         for message in reversed(self.messages):
             if message.role == "assistant" and message.content:

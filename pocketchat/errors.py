@@ -193,6 +193,15 @@ class HelperGone(EngineCrashed):
         self.endpoint = endpoint
 
 
+class UnsupportedRequest(PocketchatError, ValueError):
+    """A request the engine cannot honour as asked (a JSON schema or tool choice it cannot
+    enforce); `param` names the part (e.g. "response_format.json_schema.schema.properties.x")."""
+
+    def __init__(self, message: str, *, param: str | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.param = param
+
+
 class ApiError(PocketchatError, ValueError):
     """A request the OpenAI-compatible server refuses, with its HTTP status and OpenAI's
     error `type` and `code` (`{"error": {"message", "type", "param", "code"}}` on the wire)."""

@@ -201,6 +201,7 @@ class Candidate:
     eligible: bool = True
     downloaded: bool = False
     speed_source: str = "estimate"  # or "measured", or a calibrated estimate
+    why_not: str = ""  # why the build is not offered here (backend, language), when it is not
     # What the plan gave up to fit (a smaller context, fewer checkpoints, smaller batches), for
     # the user; `traded`: it fits only by giving up optional memory, so it ranks after any
     # build that fits without (a smaller context alone is not a trade: the ladder's own steps).

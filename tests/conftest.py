@@ -8,8 +8,8 @@ import pytest
 
 from pocketchat import paths
 
-REPO = Path(__file__).resolve().parents[1]
-PROFILES = Path(__file__).parent / "profiles"
+# The modules of the support package that define fixtures (hub, tiny_moe, tiny_qwen35...).
+pytest_plugins = ["support.hubserver", "support.tinymoe", "support.tinyqwen35"]
 
 
 @pytest.fixture(autouse=True)

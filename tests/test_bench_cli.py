@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # real models or processes: the second CI lane
+
 
 def bench(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pocketchat", "bench", *args, "--json"],
@@ -34,8 +36,7 @@ def test_bench_starter_through_the_worker():
 
 def test_bench_mlx_folder(tmp_path):
     pytest.importorskip("mlx_lm")
-    from mlx_fixture import write_tiny_llama
-
+    from support.mlx_fixture import write_tiny_llama
     folder = write_tiny_llama(tmp_path / "tiny-mlx")
     data = check(bench("--model", str(folder), "--backend", "mlx", "-p", "32", "-n", "8", "-r", "1"), 32, 8)
     assert data["backend"] == "mlx"
@@ -49,8 +50,7 @@ def test_bench_missing_model_is_one_message(tmp_path):
 def test_bench_default_prompt_fits_a_small_mlx_context(tmp_path):
     """pp512 on a model whose tokenizer makes many tokens per word, in a 1,024-token context."""
     pytest.importorskip("mlx_lm")
-    from mlx_fixture import write_tiny_llama
-
+    from support.mlx_fixture import write_tiny_llama
     folder = write_tiny_llama(tmp_path / "tiny-mlx")
     data = check(bench("--model", str(folder), "--backend", "mlx", "--ctx", "1024", "-n", "8",
                        "-r", "1"), 512, 8)
@@ -60,8 +60,7 @@ def test_bench_default_prompt_fits_a_small_mlx_context(tmp_path):
 
 @pytest.mark.parametrize("thinking", ["on", "off"])
 def test_bench_turns_rows_show_the_reuse(tmp_path, thinking):
-    from tinyqwen35 import QWEN35_TEMPLATE, write_tiny_qwen35moe
-
+    from support.tinyqwen35 import QWEN35_TEMPLATE, write_tiny_qwen35moe
     model = write_tiny_qwen35moe(tmp_path / "tiny-qwen35moe.gguf", chat_template=QWEN35_TEMPLATE)
     r = bench("--model", str(model), "--turns", "3", "--thinking", thinking, "--threads", "1")
     assert r.returncode == 0, r.stderr

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import PROFILES
+from support import PROFILES
 
 
 def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -115,3 +115,19 @@ def test_recommend_imports_no_backend_and_no_textual(replay):
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "HEAVY []" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_context_no_build_holds_says_the_need_once():
+    r = cli("--recommend", "--ctx", "10000000", "--hardware", str(PROFILES / "linux-32gb.json"))
+    assert r.returncode == 1
+    err = r.stderr.splitlines()[0]
+    assert err.count("GB at 10000000 context") == 1 and err.count("292.") == 1, err
+
+
+def test_a_backend_that_rules_out_every_build_says_so_not_fits():
+    r = cli("--backend", "mlx", "--recommend", "--hardware", str(PROFILES / "linux-32gb.json"))
+    assert r.returncode == 1
+    err = r.stderr
+    assert "no build can run with these settings: needs the llama.cpp backend" in err
+    assert "fits:" not in err and "Close other programs" not in err
+    assert "--backend" in err.splitlines()[1]

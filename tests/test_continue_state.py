@@ -8,9 +8,7 @@ import os
 import threading
 
 import pytest
-from tinyqwen35 import tiny_qwen35  # noqa: F401 - fixture
-from uitools import answered, ready, run, screen_text, send, wait_for
-
+from support.uitools import answered, ready, run, screen_text, send, wait_for
 from pocketchat import conversations
 from pocketchat.engines import open_engine
 from pocketchat.engines.llamacpp.engine import LlamaCppEngine
@@ -141,7 +139,7 @@ def test_a_message_sent_while_the_state_is_saved_shows_at_once_and_waits_its_tur
     its answer starts once the save ends, one engine call at a time. The screen updates
     slowly here (a busy machine's pace), so the message is sent after the answer ended but
     before the screen's next tick closed it."""
-    from scripted_engine import Factory, Reply, ScriptedEngine
+    from support.scripted_engine import Factory, Reply, ScriptedEngine
     from pocketchat.ui import chat, streaming
 
     monkeypatch.setattr(chat, "RenderPacer", lambda: streaming.RenderPacer(max_rate=0.5, min_rate=0.5))

@@ -128,8 +128,8 @@ def _wait_answered(text: str, timeout: float) -> None:
 def test_continue_in_two_terminals_keeps_both_windows_turns(tmp_path):
     """The issue's case: `pocketchat --continue` twice, a message in each, both quit."""
     pytest.importorskip("llama_cpp")
-    from test_hardening_tmux import _command, _ready, _wait_file
-    from test_tmux_e2e import Tmux
+    from support import terminal
+    from support.terminal import Tmux
 
     original = _saved("the question asked before")
     windows = []
@@ -137,10 +137,10 @@ def test_continue_in_two_terminals_keeps_both_windows_turns(tmp_path):
         for name in ("one", "two"):
             folder = tmp_path / name
             folder.mkdir()
-            command, exit_file = _command(folder, "--model starter --continue --no-think")
+            command, exit_file = terminal.command(folder, "--model starter --continue --no-think")
             tmux = Tmux()
             tmux("new-session", "-d", "-s", "e2e", "-x", "110", "-y", "34", command)
-            tmux.wait_for(_ready, 90, f"window {name} to load the starter model")
+            tmux.wait_for(terminal.ready, 90, f"window {name} to load the starter model")
             windows.append((tmux, exit_file))
         one, two = windows[0][0], windows[1][0]
         screen = two.wait_for(lambda s: "open in another" in s, 10, "the second window's note")
@@ -153,7 +153,7 @@ def test_continue_in_two_terminals_keeps_both_windows_turns(tmp_path):
         for tmux, _ in windows:
             tmux("send-keys", "-t", "e2e", "C-q")
         for tmux, exit_file in windows:
-            assert _wait_file(exit_file, 30), tmux.screen()
+            assert terminal.wait_file(exit_file, 30), tmux.screen()
     finally:
         for tmux, _ in windows:
             tmux.kill()

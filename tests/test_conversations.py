@@ -119,7 +119,7 @@ KILLED_CHILD = textwrap.dedent(
     """
     import sys, time
     sys.path.insert(0, {tests!r})
-    from scripted_engine import Reply, ScriptedEngine
+    from support.scripted_engine import Reply, ScriptedEngine
     from pocketchat.conversations import Conversation
     from pocketchat.engines.types import ChatOptions
     from pocketchat.ui.streaming import AnswerStream

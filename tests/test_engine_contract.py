@@ -7,8 +7,10 @@ import time
 
 import pytest
 
-from engine_makers import MAKERS
+from support.engine_makers import MAKERS
 from pocketchat.engines.types import ChatOptions, Engine, Message
+
+pytestmark = pytest.mark.slow  # real models or processes: the second CI lane
 
 N_CTX = 512
 QUESTION = [Message("user", "Write a story about a dragon who learns to bake bread.")]

@@ -7,7 +7,7 @@ import pytest
 from pocketchat.select import catalog, fit
 from pocketchat.select.profile import load_profile
 
-from conftest import PROFILES
+from support import PROFILES
 
 # machine profile, lang, expected build, expected placement
 CASES = [

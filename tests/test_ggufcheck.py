@@ -9,9 +9,6 @@ import pytest
 
 from pocketchat.errors import CorruptModel, ModelNotFound
 from pocketchat.modelfile.gguf import check_gguf
-from tinymoe import tiny_moe  # noqa: F401  (fixture)
-
-
 def copy_prefix(src, dst, n):
     with open(src, "rb") as f:
         data = f.read(n)
@@ -101,7 +98,7 @@ def test_corrupt_tensor_type(tiny_moe, tmp_path):
 
 
 def test_engine_refuses_a_truncated_file_before_llama_cpp_sees_it(starter_gguf, tmp_path):
-    from engine_makers import llama_plan
+    from support.engine_makers import llama_plan
     from pocketchat.engines.llamacpp.engine import LlamaCppEngine
 
     bad = copy_prefix(starter_gguf, tmp_path / "cut.gguf", starter_gguf.stat().st_size - 1000)

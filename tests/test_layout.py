@@ -21,11 +21,17 @@ MAY_IMPORT = {
     "engines": BOTTOM | {"engines", "modelfile", "rpc"},
     "server": BOTTOM | {"server", "engines"},
     "ui": BOTTOM | {"ui", "engines", "select"},
-    "commands": BOTTOM | {"commands", "select", "modelfile", "rpc", "store", "engines", "ui", "server"},
+    # api: the Python API; it takes the CLI's choice (the CHOICE modules of commands only)
+    "api": BOTTOM | {"engines", "server", "select", "store", "modelfile", "rpc", "commands"},
+    "commands": BOTTOM | {"commands", "select", "modelfile", "rpc", "store", "engines", "ui", "server",
+                          "api"},
     "cli": BOTTOM | {"commands"},
     "__main__": {"cli"},
-    "__init__": set(),
+    "__init__": {"api"},  # `pocketchat.load`, imported on first use
 }
+# The part of commands that chooses the model (Selection -> file and load plan): below api,
+# which every other command may build on.
+CHOICE = {"pocketchat.commands.selection", "pocketchat.commands.common", "pocketchat.commands.pooling"}
 
 
 def _modules() -> dict[str, Path]:
@@ -63,6 +69,19 @@ def test_imports_point_down():
         for target in _imports(path, modules):
             if _part(target) not in allowed | {_part(name)} and target != "pocketchat":
                 wrong.append(f"{name} -> {target}")
+    assert not wrong, "imports against the layering:\n" + "\n".join(sorted(wrong))
+
+
+def test_api_sits_between_the_model_choice_and_the_commands():
+    modules = _modules()
+    wrong = []
+    for name, path in modules.items():
+        targets = _imports(path, modules)
+        if _part(name) == "api":
+            wrong += [f"{name} -> {t}" for t in targets if _part(t) == "commands" and t not in CHOICE]
+        if name in CHOICE:
+            wrong += [f"{name} -> {t}" for t in targets
+                      if _part(t) == "api" or (_part(t) == "commands" and t not in CHOICE)]
     assert not wrong, "imports against the layering:\n" + "\n".join(sorted(wrong))
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import os
 import subprocess
@@ -12,7 +14,7 @@ from pocketchat.select import catalog, fit, measured
 from pocketchat.select.measured import Calibration, SpeedRecord
 from pocketchat.select.profile import load_profile
 
-from conftest import PROFILES
+from support import PROFILES
 
 
 def test_measured_figure_for_the_build_and_calibrated_estimates_for_the_rest():
@@ -75,6 +77,7 @@ def test_only_like_models_calibrate_an_estimate():
     assert gpu == (40.0, "estimate")  # a CPU run does not calibrate a GPU plan
 
 
+@pytest.mark.slow
 def test_a_starter_bench_does_not_calibrate_pocket_and_forget_clears_it():
     env = dict(os.environ)
     run = lambda *a: subprocess.run([sys.executable, "-m", "pocketchat", *a],  # noqa: E731

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from mlx_fixture import CONTEXT, shared_model, write_tiny_llama
+from support.mlx_fixture import CONTEXT, shared_model, write_tiny_llama
 from pocketchat.errors import (
     BackendMissing,
     CorruptModel,
@@ -30,6 +30,8 @@ from pocketchat.engines.types import ChatOptions, Engine, Message
 from pocketchat.engines.prefix_cache import Reuse, common_prefix, plan_reuse
 from pocketchat.engines.mlx.model import check_metal_budget, kv_cache_bytes, suggested_wired_limit_mb
 from pocketchat.types import GiB, LoadPlan, MiB
+
+pytestmark = pytest.mark.slow  # real models or processes: the second CI lane
 
 REPO = Path(__file__).resolve().parents[1]
 GREEDY = ChatOptions(temperature=0.0, max_tokens=12, ignore_eos=True)
@@ -271,7 +273,7 @@ def test_untrimmable_cache_restarts_from_the_checkpoint(untrimmable):
 def test_pockets_hybrid_architecture_reuses_its_checkpoint(tmp_path):
     """qwen3_5_moe at toy size: DeltaNet state (ArraysCache) + KV layers, experts."""
     pytest.importorskip("mlx_lm")
-    from mlx_fixture import write_tiny_qwen35_moe
+    from support.mlx_fixture import write_tiny_qwen35_moe
     from pocketchat.engines.mlx.engine import MlxEngine
 
     folder = write_tiny_qwen35_moe(tmp_path / "hybrid")

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from memprobe import MiB, gemma_path, measure, within
+from support.memprobe import MiB, gemma_path, measure, within
 from pocketchat.modelfile.facts import facts_of
 from pocketchat.modelfile.gguf import check_gguf
 from pocketchat.select.estimate import need_from_facts
-from tinymoe import tiny_moe  # noqa: F401  (fixture)
-from tinyqwen35 import tiny_qwen35moe  # noqa: F401  (fixture)
-
 CTX = (2048, 8192, 32768)
 
 
@@ -61,6 +58,7 @@ def _models(starter_gguf, tiny_moe, tiny_qwen35moe):
     return models + [gemma] if gemma is not None else models
 
 
+@pytest.mark.slow
 def test_estimate_matches_measured_peak_rss(starter_gguf, tiny_moe, tiny_qwen35moe):
     """Load + one short answer, in a fresh process: the estimate is within 10% (or 16 MiB)."""
     misses = []

@@ -1,6 +1,6 @@
 """Every kind of model spec works the same in every command: one classifier, one choose path.
 
-The real CLI (a subprocess) against the local Hub test server (tests/hubserver.py): `--model
+The real CLI (a subprocess) against the local Hub test server (tests/support/hubserver.py): `--model
 REPO/FILE.gguf` after `pocketchat download REPO/FILE.gguf` (it used to be taken for a missing
 local file), `REPO:QUANT` fetched on first use, a local path with a space and non-ASCII
 characters, and `starter` (which `inspect` used to refuse), each through `-p`, `bench` and
@@ -17,8 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hubserver import HubFile, HubServer
-
+from support.hubserver import HubFile, HubServer
 from pocketchat.errors import ModelNotFound
 from pocketchat.store.spec import parse_spec
 

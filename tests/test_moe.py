@@ -6,9 +6,9 @@ import ctypes
 
 import pytest
 
-from engine_makers import llama_plan
+from support.engine_makers import llama_plan
 from pocketchat.engines.llamacpp import moe
-from tinymoe import tiny_moe  # noqa: F401  (fixture)
+pytestmark = pytest.mark.slow  # real models or processes: the second CI lane
 
 POCKET_NAMES = [
     "blk.0.ffn_up_exps.weight", "blk.0.ffn_down_exps.weight", "blk.0.ffn_gate_exps.weight",

@@ -52,7 +52,7 @@ def test_an_empty_pipe_is_a_clear_message():
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_output_to_a_file_from_a_terminal_without_a_prompt_says_what_to_do(tmp_path):
-    from test_tmux_e2e import Tmux
+    from support.terminal import Tmux
 
     out, exit_file = tmp_path / "out.txt", tmp_path / "rc"
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in os.environ.items()

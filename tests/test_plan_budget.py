@@ -21,9 +21,7 @@ from pocketchat.select.profile import load_profile, profile_from_json
 from pocketchat.select.report import format_recommendation
 from pocketchat.types import MAX_CHECKPOINTS, GiB, Helper
 
-from conftest import PROFILES
-from tinyqwen35 import tiny_qwen35  # noqa: F401 - fixture
-
+from support import PROFILES
 LAPTOP = PROFILES / "laptop-8gb-7gb-free.json"
 PHONE_BUILD = "POCKET-EN-iPhone-mix"
 

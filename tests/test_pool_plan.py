@@ -12,7 +12,7 @@ from pocketchat.select import catalog, estimate, pool
 from pocketchat.select.profile import load_profile, profile_from_json
 from pocketchat.types import GiB, Helper
 
-from conftest import PROFILES
+from support import PROFILES
 
 GBE = dict(rtt_seconds=0.4e-3, throughput_bytes_s=110e6)  # gigabit Ethernet
 SLOW = dict(rtt_seconds=8e-3, throughput_bytes_s=2.5e6)  # a weak Wi-Fi link

@@ -9,9 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hubserver import HubFile, hub  # noqa: F401  (fixture)
-from tinyqwen35 import tiny_qwen35moe  # noqa: F401  (fixture)
-
+from support.hubserver import HubFile
 from pocketchat import cli
 from pocketchat.cli import main
 from pocketchat.commands import chat
@@ -52,7 +50,7 @@ def header_only_gguf(path: Path, arch: str, tensors: dict[str, tuple[int, ...]])
 
 
 @pytest.fixture
-def repos(hub, tmp_path):  # noqa: F811
+def repos(hub, tmp_path):
     # An architecture no llama.cpp knows, 24 MB (real bytes: hashed like any file).
     frob = header_only_gguf(tmp_path / "frob.gguf", "frobnicator9", {"token_embd.weight": (3000, 4096)})
     hub.add_repo(UNKNOWN, {"Frob-Q4_K_M.gguf": frob})
@@ -119,6 +117,7 @@ def test_the_chats_download_step_refuses_too(repos, repo, error):
     assert repos.bytes_served < MB16
 
 
+@pytest.mark.slow
 def test_a_normal_model_is_read_then_downloaded_and_verified(repos, capsys):
     from pocketchat.store.starter import starter_path
 
@@ -134,6 +133,7 @@ def test_a_normal_model_is_read_then_downloaded_and_verified(repos, capsys):
     assert repos.bytes_served == 0
 
 
+@pytest.mark.slow
 def test_a_normal_model_resumes_after_the_check(repos, capsys):
     from pocketchat.store import api as store
     from pocketchat.store.starter import starter_path

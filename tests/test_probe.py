@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import os
 
@@ -11,6 +13,7 @@ from pocketchat.select import probe
 from pocketchat.select.profile import profile_from_json
 
 
+@pytest.mark.slow
 def test_probe_reads_this_machine():
     prof = probe.detect()
     assert prof.os == "linux" and prof.arch in ("x86_64", "arm64")

@@ -8,7 +8,7 @@ import pytest
 from pocketchat.errors import HardwareProfileError
 from pocketchat.select.profile import load_profile, profile_from_json
 
-from conftest import PROFILES
+from support import PROFILES
 
 
 @pytest.mark.parametrize("path", sorted(PROFILES.glob("*.json")), ids=lambda p: p.stem)

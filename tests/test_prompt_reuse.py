@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tinyqwen35 import tiny_qwen35  # noqa: F401 - fixture
 from pocketchat.engines.llamacpp.engine import LlamaCppEngine
 from pocketchat.engines.types import ChatOptions, Message
 from pocketchat.engines.worker import WorkerEngine
 from pocketchat.types import LoadPlan
+
+pytestmark = pytest.mark.slow  # real models or processes: the second CI lane
 
 TURNS = 4
 SLACK = 16  # the issue's bar: new message + generation prompt + 16
@@ -145,7 +146,7 @@ def test_a_turn_after_a_checkpoint_restore_answers_as_a_fresh_engine(tiny_qwen35
 def test_mlx_hybrid_model_evaluates_only_the_new_message(tmp_path_factory, thinking):
     """The toy qwen3_5_moe MLX model: DeltaNet state (ArraysCache) + KV layers, experts."""
     pytest.importorskip("mlx_lm")
-    from mlx_fixture import write_tiny_qwen35_moe
+    from support.mlx_fixture import write_tiny_qwen35_moe
     from pocketchat.engines.mlx.engine import MlxEngine
 
     folder = write_tiny_qwen35_moe(tmp_path_factory.mktemp("mlx") / "hybrid")
@@ -224,7 +225,7 @@ def test_continue_of_ten_turns_evaluates_only_the_new_message(tiny_qwen35, tmp_p
 
 def test_mlx_saved_state_round_trips(tmp_path_factory):
     pytest.importorskip("mlx_lm")
-    from mlx_fixture import write_tiny_qwen35_moe
+    from support.mlx_fixture import write_tiny_qwen35_moe
     from pocketchat.engines.mlx.engine import MlxEngine
 
     folder = write_tiny_qwen35_moe(tmp_path_factory.mktemp("mlx") / "hybrid")

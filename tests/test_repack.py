@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PROFILES
+from support import PROFILES
 from pocketchat.select import catalog, estimate, fit, repack
 from pocketchat.select.profile import load_profile
 from pocketchat.types import HardwareProfile

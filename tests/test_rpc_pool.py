@@ -217,8 +217,7 @@ def test_bench_ends_clearly_when_the_helper_is_killed(server):
 
 
 def test_the_chat_keeps_the_conversation_and_reloads_without_the_helper(server):
-    from uitools import answered, ready, run, screen_text, send, wait_for
-
+    from support.uitools import answered, ready, run, screen_text, send, wait_for
     from pocketchat.commands.chat import Session
     from pocketchat.ui.app import create_app
     from pocketchat.ui.widgets import Notice
@@ -281,7 +280,7 @@ def test_an_unreachable_helper_is_one_clear_error(capsys):
 
 
 def test_recommend_rpc_says_what_pooling_buys(server, capsys):
-    from conftest import PROFILES
+    from support import PROFILES
 
     assert cli.main(["--recommend", "--rpc", server.endpoint,
                      "--hardware", str(PROFILES / "linux-16gb.json")]) == 0

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from scripted_engine import Reply, ScriptedEngine
+from support.scripted_engine import Reply, ScriptedEngine
 from pocketchat import cli
 from pocketchat.engines.pooled import PooledEngine, open_pooled
 from pocketchat.engines.types import Message
@@ -134,6 +134,7 @@ def test_a_helper_busy_with_another_client_is_still_said_to_be_busy():
 
 
 @pytest.mark.skipif(ggml.rpc_library() is None, reason="llama-cpp-python built without RPC")
+@pytest.mark.slow
 def test_rpc_pointed_at_a_web_server_says_it_is_not_an_rpc_server(capsys):
     with http_server() as ep:
         assert cli.main(["--recommend", "--rpc", ep]) == 1

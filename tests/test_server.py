@@ -10,8 +10,7 @@ import time
 
 import pytest
 
-from serverproc import REPO, ServerProcess
-
+from support.serverproc import REPO, ServerProcess, running
 openai = pytest.importorskip("openai")
 psutil = pytest.importorskip("psutil")
 
@@ -21,13 +20,9 @@ HI = [{"role": "user", "content": "Say hello in three words."}]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    srv = ServerProcess(["--model", "starter", "--ctx", "1024", "--queue", "8"],
-                        tmp_path_factory.mktemp("serve"))
-    try:
-        srv.wait_ready()
+    with running(["--model", "starter", "--ctx", "1024", "--queue", "8"],
+                        tmp_path_factory.mktemp("serve")) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")
@@ -114,9 +109,21 @@ def _bad_cases(model_id: str) -> list[tuple[str, bytes, dict, int, str | None]]:
         ("max_tokens zero", json.dumps({**ok, "max_tokens": 0}).encode(), j, 400, "invalid_value"),
         ("unknown role", json.dumps({"messages": [{"role": "wizard", "content": "x"}]}).encode(), j, 400,
          "invalid_value"),
-        ("n=2 would mislead", json.dumps({**ok, "n": 2}).encode(), j, 400, "unsupported_parameter"),
-        ("tools would mislead", json.dumps({**ok, "tools": [{"type": "function"}]}).encode(), j, 400,
+        ("logit_bias would mislead", json.dumps({**ok, "logit_bias": {"50256": -100}}).encode(), j, 400,
          "unsupported_parameter"),
+        ("n over the limit", json.dumps({**ok, "n": 17}).encode(), j, 400, "invalid_value"),
+        ("a tool without its function", json.dumps({**ok, "tools": [{"type": "function"}]}).encode(), j,
+         400, "invalid_type"),
+        ("tool_choice names no tool", json.dumps({**ok, "tools": [{"type": "function", "function": {
+            "name": "f"}}], "tool_choice": {"type": "function", "function": {"name": "g"}}}).encode(), j,
+         400, "invalid_value"),
+        ("top_logprobs over 20", json.dumps({**ok, "logprobs": True, "top_logprobs": 21}).encode(), j,
+         400, "invalid_value"),
+        ("unknown response_format", json.dumps({**ok, "response_format": {"type": "yaml"}}).encode(), j,
+         400, "invalid_value"),
+        ("assistant tool calls last", json.dumps({"messages": [*HI, {"role": "assistant", "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]}).encode(),
+         j, 400, "invalid_value"),
         ("image content", json.dumps({"messages": [{"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": "x"}}]}]}).encode(), j, 400, "unsupported_content"),
         ("unknown model", json.dumps({**ok, "model": "gpt-9"}).encode(), j, 404, "model_not_found"),
@@ -294,9 +301,6 @@ def test_other_address_without_key_is_refused(tmp_path):
 
 # Thinking: the tiny random-weight qwen35moe (POCKET's architecture) with the Qwen3.5-like
 # template: the generation prompt opens <think>, or prefills an empty block when thinking is off.
-from tinyqwen35 import tiny_qwen35  # noqa: E402,F401 - a fixture
-
-
 def test_thinking_is_reasoning_content_and_can_be_turned_off(tiny_qwen35, tmp_path):
     srv = ServerProcess(["--model", str(tiny_qwen35), "--ctx", "512"], tmp_path)
     try:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from scripted_engine import Factory, Reply, ScriptedEngine
-from uitools import answered, ready, send, wait_for
-
+from support.scripted_engine import Factory, Reply, ScriptedEngine
+from support.uitools import answered, ready, send, wait_for
 from pocketchat.conversations import Conversation
 from pocketchat.ui.app import create_app
 from pocketchat.ui.widgets import Notice, PromptInput

@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hubserver import HubServer, hub  # noqa: F401  (fixture)
-
+from support.hubserver import blob, HubServer
 from pocketchat import paths
 from pocketchat.errors import (
     AmbiguousModel,
@@ -28,18 +27,8 @@ from pocketchat.select import catalog
 REPO = "tester/Tiny-GGUF"
 
 
-def blob(n: int, seed: int) -> bytes:
-    """n deterministic pseudo-random bytes (different per seed)."""
-    out = bytearray()
-    counter = 0
-    while len(out) < n:
-        out += hashlib.sha256(b"%d-%d" % (seed, counter)).digest() * 64
-        counter += 1
-    return bytes(out[:n])
-
-
 @pytest.fixture
-def tiny(hub):  # noqa: F811
+def tiny(hub):
     files = {
         "Tiny-Q4_K_M.gguf": blob(1_500_000, 1),
         "Tiny-Q4_K_S.gguf": blob(400_000, 2),

@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hubserver import hub  # noqa: F401  (fixture)
-from test_store import blob
+from support.hubserver import blob
 
 from pocketchat.cli import main
 from pocketchat.store import cache, api as store
@@ -25,7 +24,7 @@ class Terminal(io.StringIO):
 
 
 @pytest.fixture
-def repo(hub):  # noqa: F811
+def repo(hub):
     data = blob(800_000, 70)
     hub.add_repo(REPO, {"Cli-Q4_K_M.gguf": data, "Cli-Q8_0.gguf": blob(1000, 71)})
     return data
@@ -72,7 +71,7 @@ def test_download_errors_are_one_message(hub, repo, capsys):
     assert "offline" in err and "not on disk" in err
 
 
-def test_download_without_spec_fetches_the_recommended_build(hub, capsys):  # noqa: F811
+def test_download_without_spec_fetches_the_recommended_build(hub, capsys):
     from pocketchat.commands.common import recommend
     from pocketchat.commands.selection import Selection
 

@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from support.terminal import Tmux
 
 from pocketchat.paths import settings
 
@@ -23,36 +24,6 @@ pytestmark = [
 
 REPO = Path(__file__).resolve().parents[1]
 TOK_S = re.compile(r"(\d+\.\d) tok/s")
-
-
-class Tmux:
-    """One tmux server on a private socket, so the test never touches the user's sessions."""
-
-    def __init__(self) -> None:
-        self.socket = f"pocketchat-test-{uuid.uuid4().hex[:8]}"
-
-    def __call__(self, *args: str, check: bool = True) -> str:
-        done = subprocess.run(["tmux", "-L", self.socket, "-f", "/dev/null", *args],
-                              capture_output=True, text=True, timeout=15)
-        if check and done.returncode != 0:
-            raise AssertionError(f"tmux {args[0]} failed: {done.stderr}")
-        return done.stdout
-
-    def screen(self) -> str:
-        return self("capture-pane", "-p", "-t", "e2e")
-
-    def wait_for(self, condition, timeout: float, what: str) -> str:
-        deadline = time.monotonic() + timeout
-        while True:
-            text = self.screen()
-            if condition(text):
-                return text
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}; the screen:\n{text}")
-            time.sleep(0.2)
-
-    def kill(self) -> None:
-        self("kill-server", check=False)
 
 
 def _status_line(screen: str) -> str:

@@ -9,9 +9,8 @@ import pytest
 
 from textual import events
 
-from scripted_engine import Factory, Reply, ScriptedEngine
-from uitools import SIZE, answered, make, ready, run, screen_text, send, status_text, wait_for
-
+from support.scripted_engine import Factory, Reply, ScriptedEngine
+from support.uitools import SIZE, answered, make, ready, run, screen_text, send, status_text, wait_for
 from pocketchat import conversations
 from pocketchat.errors import CorruptModel, DownloadError, ModelNotFound
 from pocketchat.engines.types import ChatOptions
@@ -307,6 +306,7 @@ def test_prepare_can_ask_a_question_on_screen():
     run(scenario())
 
 
+@pytest.mark.perf
 def test_screen_updates_are_bounded_while_tokens_pour_in(monkeypatch):
     async def scenario():
         calls = []
@@ -382,6 +382,7 @@ def test_the_render_pace_backs_off_when_rendering_is_costly_and_returns_when_che
     assert not second(0.06) and pacer.interval == pytest.approx(0.25)
 
 
+@pytest.mark.slow
 def test_after_a_signal_the_process_ends_even_if_the_app_cannot():
     """The guard started on SIGTERM/SIGHUP ends a process whose app hangs on a dead terminal,
     and stands down once the app ended by itself."""

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from scripted_engine import Reply
-from uitools import SIZE, answered, make, ready, run, screen_text, send
+import pytest
 
+from support.scripted_engine import Reply
+from support.uitools import SIZE, answered, make, ready, run, screen_text, send
 from pocketchat import conversations
 from pocketchat.ui.screens import ConversationsScreen, SystemPromptScreen
 
@@ -18,6 +19,7 @@ async def palette(pilot, command: str) -> None:
     await pilot.pause()
 
 
+@pytest.mark.slow
 def test_palette_system_prompt_and_thinking_reach_the_model():
     async def scenario():
         app, engine, _ = make(Reply("ok", thinking="hmm"))
@@ -38,6 +40,7 @@ def test_palette_system_prompt_and_thinking_reach_the_model():
     run(scenario())
 
 
+@pytest.mark.slow
 def test_palette_copies_the_last_answer_and_opens_a_saved_conversation():
     async def scenario():
         old = conversations.Conversation(model="Scripted-1B")
@@ -66,6 +69,7 @@ def test_palette_copies_the_last_answer_and_opens_a_saved_conversation():
     run(scenario())
 
 
+@pytest.mark.slow
 def test_palette_shows_hardware_and_recommendation():
     async def scenario():
         app, _, _ = make(about=lambda: "Recommended: POCKET-Q4 (13 GB) because it fits in 32 GB.")

@@ -10,15 +10,14 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
-                                reason="threads have their own nice value on Linux only")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="threads have their own nice value on Linux only")]
 
 SCRIPT = r"""
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
-from scripted_engine import Factory, ScriptedEngine
-from uitools import make, ready, run
-
+from support.scripted_engine import Factory, ScriptedEngine
+from support.uitools import make, ready, run
 seen = []
 
 class Recording(Factory):

@@ -5,8 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from uitools import answered, ready, run, screen_text, send, status_text, wait_for
-
+from support.uitools import answered, ready, run, screen_text, send, status_text, wait_for
 from pocketchat import conversations
 from pocketchat.engines.types import ChatOptions
 

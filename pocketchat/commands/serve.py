@@ -1,8 +1,10 @@
 """`pocketchat serve`: the chosen model as an OpenAI-compatible API on this machine.
 
-The same choice, download step and load plan as the chat; then the port is bound at once
-and the model loads in the background (GET /health says "loading", then "ready"). Loopback
-by default; any other address needs an API key. Run by uvicorn (see server/app.py).
+The same choice, download step and load plan as the chat (through api.py: `choose`, then
+`open_session` for the engine); then the port is bound at once and the model loads in the
+background (GET /health says "loading", then "ready"). Loopback by default; any other address
+needs an API key; web pages of other origins than this machine's need --cors-origin. Run by
+uvicorn (see server/app.py).
 """
 
 from __future__ import annotations
@@ -28,6 +30,10 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="require `Authorization: Bearer KEY` (or set POCKETCHAT_API_KEY)")
     p.add_argument("--queue", type=int, default=8, metavar="N",
                    help="requests that may wait for the model; more get 429 (default 8)")
+    p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+                   help="let web pages from ORIGIN (e.g. https://app.example.com; '*' for any) "
+                        "call the server from a browser; pages on this machine (localhost) "
+                        "always may. Repeat for several.")
 
 
 def is_loopback(host: str) -> bool:
@@ -68,15 +74,18 @@ def model_id(choice) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pocketchat.commands.common import choose_model
+    from pocketchat import api
     from pocketchat.commands.download import TerminalProgress, make_confirm
     from pocketchat.commands.selection import Selection
     from pocketchat.paths import settings
+    from pocketchat.server.cors import parse_origin
 
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be between 0 and 65535, got {args.port}")
     if args.queue < 1:
         raise UsageError(f"--queue must be at least 1, got {args.queue}")
+    for origin in args.cors_origin:
+        parse_origin(origin)  # UsageError before anything is loaded
     api_key = args.api_key or settings().api_key
     loopback = is_loopback(args.host)
     if not loopback and not api_key:
@@ -87,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     sel = Selection.from_args(args)
     progress = TerminalProgress()
     try:
-        choice = choose_model(sel, confirm=make_confirm(sel.yes), progress=progress)
+        choice = api.choose(sel, confirm=make_confirm(sel.yes), progress=progress)
     finally:
         progress.finish()
     sock = bind(args.host, args.port)
@@ -98,7 +107,7 @@ def _serve(args: argparse.Namespace, choice, sock: socket.socket, api_key: str |
            loopback: bool) -> int:
     import uvicorn
 
-    from pocketchat.engines import open_engine
+    from pocketchat import api
     from pocketchat.server.app import create_app
     from pocketchat.server.host import EngineHost
     from pocketchat.textsafe import one_line
@@ -119,20 +128,55 @@ def _serve(args: argparse.Namespace, choice, sock: socket.socket, api_key: str |
             if server is not None:
                 server.should_exit = True
 
-    host = EngineHost(lambda: open_engine(choice.plan, choice.path, name=choice.label),
-                      queue_size=args.queue, on_state=on_state)
+    host = EngineHost(lambda: api.open_session(choice).engine, queue_size=args.queue,
+                      on_state=on_state)
     aliases = [a for a in (args.model, choice.label) if a and a != name]
     info = {"max_model_len": choice.plan.n_ctx,
             "meta": {"backend": choice.plan.backend, "placement": choice.plan.describe(),
                      "n_ctx": choice.plan.n_ctx}}
     app = create_app(host, model_id=name, aliases=aliases, api_key=api_key,
-                     loopback_only=loopback, model_info=info)
+                     loopback_only=loopback, model_info=info, cors_origins=args.cors_origin)
     print(one_line(f"loading {choice.label} ({choice.plan.describe()}); listening on {url}"
                    + ("" if loopback else " (API key required)")), file=sys.stderr, flush=True)
+    # No colours: uvicorn decides them from stdout, while its lines go to stderr (a file, maybe).
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
-                            timeout_graceful_shutdown=3)
-    server = uvicorn.Server(config)
+                            timeout_graceful_shutdown=3, use_colors=False)
+    server = stoppable_server(config, host)
     server.run(sockets=[sock])
     if failed:
         raise failed[0]
+    print("stopped", file=sys.stderr, flush=True)
     return 0
+
+
+def stoppable_server(config, host) -> "uvicorn.Server":  # noqa: F821 - imported lazily
+    """uvicorn's server, stopped by Ctrl-C (or SIGTERM) the way a user expects: the answer in
+    progress ends at once as a complete stream, waiting requests get 503, the process exits
+    with 0 and no traceback. A second Ctrl-C quits without waiting."""
+    import asyncio
+    import logging
+
+    import uvicorn
+
+    class _CancelledAtShutdown(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:  # a task uvicorn cut off: not news
+            exc = record.exc_info[1] if record.exc_info else None
+            return not isinstance(exc, asyncio.CancelledError)
+
+    class Server(uvicorn.Server):
+        loop: asyncio.AbstractEventLoop | None = None
+
+        async def serve(self, sockets=None) -> None:
+            self.loop = asyncio.get_running_loop()
+            await super().serve(sockets)
+
+        def handle_exit(self, sig: int, frame) -> None:  # no re-raise of the signal afterwards
+            if self.should_exit:
+                self.force_exit = True
+                return
+            self.should_exit = True
+            if self.loop is not None:
+                self.loop.call_soon_threadsafe(host.close_doors)
+
+    logging.getLogger("uvicorn.error").addFilter(_CancelledAtShutdown())
+    return Server(config)

@@ -15,8 +15,17 @@ One answer, step by step (`EngineBase._answer`):
    the answer the way the template renders it in the history of the next prompt, so the next
    turn evaluates only its new message (`_settle`).
 
-A backend implements only what differs: `_render`, `_encode`, `_begin`, `_evaluate`,
-`_generate`, `_timing`, `_complete`, `_free`, and the state operations of its cache.
+The base owns every decision both backends share: the constructor's prologue (`__init__`:
+progress, harness, then the backend's `_load`), the request's sampling merged with the plan's
+defaults (`merge_sampling`, once), the conversation as the template receives it (tools, tool
+results, reasoning, template kwargs, a prefilled assistant turn; `_render`), the thinking policy
+(`template.thinking_prompt`), the constraint and logprobs of the answer (`constrain/`), tool
+calls parsed from the answer (`answer.AnswerStream`), why the answer stopped
+(`Stats.stop_reason`) and the classification of load errors (`load_error`).
+
+A backend implements only what differs: `_load`, `_apply_template`, `_encode`, `_begin`,
+`_evaluate`, `_generate`, `_timing`, `_complete`, `_free`, `_ll_tokenizer` (llguidance's view
+of its vocabulary), `_token_bytes`, and the state operations of its cache.
 Errors during an answer end it with `Chunk.failed(exc, stats)`.
 """
 
@@ -25,17 +34,99 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Generator, Iterator, Sequence
+from typing import Any, Callable, Generator, Iterator, Sequence
 
-from pocketchat.errors import EngineError, PocketchatError
+from pocketchat.errors import (
+    CorruptModel,
+    EngineError,
+    ModelTooLarge,
+    PocketchatError,
+    UnsupportedRequest,
+)
+from pocketchat.engines.answer import AnswerStream, Piece
+from pocketchat.engines.constrain.control import TokenControl
+from pocketchat.engines.constrain.grammar import checked_grammar, offered_tools
+from pocketchat.engines.constrain.toolcalls import ToolCallParser, call_format
+from pocketchat.engines.constrain.tools import knows_tools, template_messages
 from pocketchat.engines.context import fit_messages, reply_reserve
 from pocketchat.engines.prefix_cache import PrefixCache, common_prefix
-from pocketchat.engines.thinking import ThinkSplitter
-from pocketchat.engines.types import ChatOptions, Chunk, EngineInfo, Message, Stats
+from pocketchat.engines.template import thinking_prompt
+from pocketchat.engines.thinking import CLOSE_TAG, OPEN_TAG
+from pocketchat.engines.types import (
+    ChatOptions,
+    Chunk,
+    EngineInfo,
+    Message,
+    Stats,
+    StopReason,
+    TokenLogprob,
+)
+from pocketchat.types import LoadPlan
 
 PROBES = ("A", "\n\n", " x", "1")  # next-message stand-ins: where the next prompt is sure to agree
+PREFILL_MARK = "\u2063pocketchat-prefill\u2063"  # where a prefilled assistant turn's text ends
+ProgressFn = Callable[[str, float], None]
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """The sampling of one answer: the request's fields over the plan's defaults."""
+
+    temperature: float
+    top_p: float
+    top_k: int
+    min_p: float
+    repeat_penalty: float
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0
+
+
+def merge_sampling(defaults: Any, opts: ChatOptions) -> SamplingSettings:
+    """The one place request options meet the plan's sampling defaults (None: the default)."""
+
+    def pick(name: str, fallback: float) -> Any:
+        value = getattr(opts, name, None)
+        return getattr(defaults, name, fallback) if value is None else value
+
+    return SamplingSettings(
+        temperature=float(pick("temperature", 0.6)), top_p=float(pick("top_p", 0.95)),
+        top_k=int(pick("top_k", 20)), min_p=float(pick("min_p", 0.0)),
+        repeat_penalty=float(pick("repeat_penalty", 1.0)),
+        presence_penalty=float(pick("presence_penalty", 0.0)),
+        frequency_penalty=float(pick("frequency_penalty", 0.0)),
+        seed=opts.seed,
+    )
+
+
+def load_error(backend: str, name: str, why: str, exc: BaseException | None = None
+               ) -> PocketchatError:
+    """The one classifier of a failed load: memory, an architecture the runtime does not know,
+    custom model code, or (the rest) a file the runtime could not read."""
+    low = why.lower()
+    if (isinstance(exc, MemoryError) or "out of memory" in low or "failed to allocate" in low
+            or "unable to allocate" in low):
+        return ModelTooLarge(f"not enough memory to load {name}: {why}",
+                             hint="Pick a smaller build, a smaller --ctx, or close other programs.")
+    if "unknown model architecture" in low or ("not supported" in low and "model type" in low):
+        update = ("Update llama-cpp-python to a version that knows this architecture."
+                  if backend == "llama.cpp" else
+                  "Update mlx-lm (pip install -U mlx-lm), or use a GGUF build.")
+        return EngineError(f"this {backend} cannot run {name}: {why}", hint=update)
+    if "trust_remote_code" in low:
+        return EngineError(f"{name} needs custom model code, which pocketchat does not run: {why}")
+    if backend == "mlx":
+        return CorruptModel(f"{name} is not a loadable MLX model: {why}")
+    return EngineError(
+        f"llama.cpp could not load {name}: {why}",
+        hint="Run with POCKETCHAT_DEBUG=1 for llama.cpp's log; try another build if it persists.",
+    )
 
 
 class Cancelled(Exception):
@@ -44,10 +135,12 @@ class Cancelled(Exception):
 
 @dataclass(frozen=True)
 class Step:
-    """One sampled token's text; `finish` set on the last one ("stop" or "length")."""
+    """One sampled token's text; `finish` set on the last one ("stop" or "length");
+    `logprob` when the answer asked for logprobs."""
 
     text: str = ""
     finish: str | None = None
+    logprob: TokenLogprob | None = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +161,7 @@ class PromptPlan:
     in_thinking: bool
     dropped: int
     stable: int | None  # where the conversation ends before the generation prompt
+    prefill: Message | None = None  # a trailing assistant turn the answer continues
 
 
 @dataclass
@@ -87,8 +181,36 @@ class EngineBase:
     info: EngineInfo
     n_ctx: int
     cache: PrefixCache
+    plan: LoadPlan
     label = "engine"  # error prefix: "llama.cpp failed: ..."
     close_timeout: float | None = None  # None: close() waits for an answer in flight
+    # What the chat template says about itself (set by `_load`).
+    template_source: str = ""
+    knows_thinking_switch: bool = False
+    mentions_think: bool = False
+
+    def __init__(self, plan: LoadPlan, path: Path, *, name: str | None = None,
+                 on_progress: ProgressFn | None = None) -> None:
+        """Check and load the model at `path` as `plan` says; returns when it is ready;
+        `on_progress(stage, fraction)` reports the stages."""
+        path = Path(path)
+        self.plan = plan
+        if on_progress:
+            on_progress("checking", 0.0)
+        self._init_harness()
+        self._ll_tok: Any = None
+        self.info = self._load(path, name, on_progress)
+        if on_progress:
+            on_progress("ready", 1.0)
+
+    def _load(self, path: Path, name: str | None, on_progress: ProgressFn | None) -> EngineInfo:
+        """Load the model, set n_ctx, cache and the template's traits; what is running."""
+        raise NotImplementedError
+
+    @property
+    def thinks(self) -> bool:
+        """Whether the model thinks (its template switches or mentions <think>)."""
+        return self.knows_thinking_switch or self.mentions_think
 
     def _init_harness(self) -> None:
         self._cancel = threading.Event()
@@ -125,15 +247,24 @@ class EngineBase:
 
     # -- hooks ------------------------------------------------------------------------------
 
-    def _render(self, messages: Sequence[Message], thinking: bool, *,
-                generation: bool = True) -> str:
+    def _apply_template(self, dicts: list[dict], *, generation: bool, **kwargs: Any) -> str:
+        """The chat template's text for message dicts (kwargs: tools, enable_thinking, ...)."""
         raise NotImplementedError
 
     def _encode(self, text: str) -> list[int]:
         raise NotImplementedError
 
-    def _begin(self, opts: ChatOptions) -> None:
-        """Start an answer: reset counters, seed, build the sampler."""
+    def _begin(self, sampling: SamplingSettings, control: TokenControl | None) -> None:
+        """Start an answer: reset counters, seed, build the sampler; `control` (the mask and
+        logprobs, or None) is applied to each token's logits before sampling."""
+
+    def _ll_tokenizer(self) -> Any:
+        """llguidance's tokenizer for this vocabulary (built once, when first needed)."""
+        raise NotImplementedError
+
+    def _token_bytes(self, token: int) -> bytes:
+        """What a token adds to the text, as bytes."""
+        raise NotImplementedError
 
     def _evaluate(self, tokens: list[int]) -> None:
         """Evaluate `tokens` into the state (no sampling), extending `cache.tokens`;
@@ -169,13 +300,44 @@ class EngineBase:
             self._cancel.clear()
             self._busy.release()
 
+    def _render(self, messages: Sequence[Message], thinking: bool, *, generation: bool = True,
+                options: ChatOptions | None = None) -> str:
+        """The prompt text for `messages`: tools offered by `options` (or the fallback section
+        for a template without tools), thinking on or off, the template's kwargs; with
+        `generation`, the assistant's generation prompt, or the continuation of a trailing
+        assistant message (rendered without its end of turn)."""
+        opts = options or ChatOptions(thinking=thinking)
+        tools = offered_tools(opts)
+        kwargs: dict[str, Any] = dict(opts.template_kwargs or {})
+        kwargs["enable_thinking"] = thinking
+        aware = knows_tools(self.template_source)
+        if tools and aware:
+            kwargs["tools"] = [dict(t) for t in tools]
+        messages = tuple(messages)
+        if generation and messages and messages[-1].role == "assistant":
+            last = messages[-1]
+            marked = (*messages[:-1], replace(last, content=last.content + PREFILL_MARK))
+            text = self._apply_template(template_messages(marked, tools, aware=aware),
+                                        generation=False, **kwargs)
+            at = text.rfind(PREFILL_MARK)
+            if at >= 0:
+                return text[:at]
+            head = self._render(messages[:-1], thinking, options=opts)  # a template that drops it
+            return head + last.content
+        text = self._apply_template(template_messages(messages, tools, aware=aware),
+                                    generation=generation, **kwargs)
+        if generation:
+            text = thinking_prompt(text, thinking=thinking, knows_switch=self.knows_thinking_switch,
+                                   mentions_think=self.mentions_think)
+        return text
+
     def _prompt(self, messages: tuple[Message, ...], opts: ChatOptions) -> PromptPlan:
         rendered: dict[tuple[Message, ...], tuple[str, list[int]]] = {}
 
         def count(ms: Sequence[Message]) -> int:
             key = tuple(ms)
             if key not in rendered:
-                text = self._render(key, opts.thinking)
+                text = self._render(key, opts.thinking, options=opts)
                 rendered[key] = (text, self._encode(text))
             return len(rendered[key][1])
 
@@ -183,73 +345,117 @@ class EngineBase:
         fitted = fit_messages(messages, count, budget)
         count(fitted.messages)
         text, tokens = rendered[fitted.messages]
+        prefill = fitted.messages[-1] if fitted.messages[-1].role == "assistant" else None
+        before = fitted.messages[:-1] if prefill is not None else fitted.messages
         stable = None
         if not self.cache.trimmable:
-            head = self._encode(self._render(fitted.messages, opts.thinking, generation=False))
+            head = self._encode(self._render(before, opts.thinking, generation=False,
+                                             options=opts))
             if 0 < len(head) < len(tokens) and tokens[: len(head)] == head:
                 stable = len(head)
-        return PromptPlan(tokens, fitted.messages, text.rstrip().endswith("<think>"),
-                          fitted.dropped, stable)
+        if prefill is None:
+            in_thinking = text.rstrip().endswith(OPEN_TAG)
+        else:  # the prefill may have opened the reasoning without closing it
+            in_thinking = text.rfind(OPEN_TAG) > text.rfind(CLOSE_TAG)
+        return PromptPlan(tokens, fitted.messages, in_thinking, fitted.dropped, stable, prefill)
+
+    def _token_control(self, plan: PromptPlan, opts: ChatOptions) -> TokenControl | None:
+        """The answer's mask and logprobs, or None (nothing to do per token); raises
+        UnsupportedRequest for a constraint that cannot be enforced."""
+        grammar = None
+        fmt = call_format(self.template_source) if knows_tools(self.template_source) else "json"
+        needs = (opts.response_format and opts.response_format.get("type") not in (None, "text")
+                 ) or (opts.tools and opts.tool_choice not in ("auto", "none"))
+        tokenizer = self._ll_tokenizer() if needs else None
+        if needs:
+            grammar = checked_grammar(opts, fmt, tokenizer)
+        if grammar is None and opts.logprobs is None:
+            return None
+        control = TokenControl(token_bytes=self._token_bytes, tokenizer=tokenizer,
+                               grammar=grammar, top=opts.logprobs, in_thinking=plan.in_thinking,
+                               may_think=opts.thinking and self.mentions_think
+                               and plan.prefill is None)
+        if plan.prefill is not None and not control.consume_prefill(plan.prefill.content):
+            raise UnsupportedRequest("the prefilled assistant message does not fit the requested "
+                                     "format", param="messages")
+        return control
 
     def _answer(self, messages: tuple[Message, ...], opts: ChatOptions) -> Iterator[Chunk]:
         started = time.perf_counter()
         prepared, self._prepared, self._settled = self._prepared, 0, False
         try:
             plan = self._prompt(messages, opts)
+            control = self._token_control(plan, opts)
         except PocketchatError as exc:
             yield Chunk.failed(exc, Stats(context_limit=self.n_ctx))
             return
         progress = Progress(plan, started, prepared)
-        splitter = ThinkSplitter(in_thinking=plan.in_thinking)
-        answer_text: list[str] = []
+        tools = offered_tools(opts)
+        parser = None
+        if tools:
+            fmt = call_format(self.template_source) if knows_tools(self.template_source) else "json"
+            parser = ToolCallParser(fmt, tools)
+        out = AnswerStream(in_thinking=plan.in_thinking, parser=parser)
+        counted = [0]
         try:
-            finish, pending = yield from self._produce(plan, opts, progress, splitter, answer_text)
+            finish, last = yield from self._produce(plan, opts, progress, out, control, counted)
         except Exception as exc:  # noqa: BLE001 - a failed answer ends with an error chunk
             self.cache.reset()  # stopped mid-computation: its state is unknown
             yield Chunk.failed(exc, self._stats(progress), prefix=f"{self.label} failed: ")
             return
         if finish in ("stop", "length"):
             self._complete()
-        tail_a, tail_t = splitter.flush()
-        yield Chunk(text=pending[0] + tail_a, thinking=pending[1] + tail_t,
-                    stats=self._stats(progress), finish_reason=finish)  # type: ignore[arg-type]
-        if finish in ("stop", "length") and not self._cancel.is_set():
-            self._settle(plan.messages, "".join(answer_text) + tail_a, opts)
+        last = last + out.flush()
+        reason: StopReason = finish  # type: ignore[assignment]
+        if finish == "length":
+            capped = opts.max_tokens is not None and counted[0] >= max(opts.max_tokens, 0)
+            reason = "cap" if capped else "context"
+        elif finish == "stop" and out.calls:
+            finish = reason = "tool_calls"
+        stats = replace(self._stats(progress), stop_reason=reason)
+        yield Chunk(text=last.text, thinking=last.thinking, stats=stats,
+                    finish_reason=finish,  # type: ignore[arg-type]
+                    tool_calls=last.calls, logprobs=last.logprobs)
+        if finish in ("stop", "length", "tool_calls") and not self._cancel.is_set():
+            self._settle(plan, "".join(out.text), tuple(out.calls), opts)
 
     def _produce(self, plan: PromptPlan, opts: ChatOptions, progress: Progress,
-                 splitter: ThinkSplitter, answer_text: list[str]
-                 ) -> Generator[Chunk, None, tuple[str, tuple[str, str]]]:
+                 out: AnswerStream, control: TokenControl | None, counted: list[int]
+                 ) -> Generator[Chunk, None, tuple[str, Piece]]:
         """Reuse what the cache holds, evaluate the rest, sample; yields the chunks before the
-        last and returns the finish reason and the last step's (answer, thinking)."""
+        last and returns the finish reason and the last step's piece of the answer."""
         tokens = plan.tokens
         max_new = self.n_ctx - len(tokens)
         if opts.max_tokens is not None:
             max_new = min(max_new, max(opts.max_tokens, 0))
         gen = None
         try:
-            self._begin(opts)
+            self._begin(merge_sampling(self.plan.sampling, opts), control)
             progress.kept = start = self.cache.prepare(tokens).keep
             if max_new <= 0:
-                return "length", ("", "")
+                return "length", Piece()
             if plan.stable is not None and plan.stable > start:
                 self._evaluate(tokens[start: plan.stable])
                 self.cache.save_checkpoint()
                 start = plan.stable
             gen = self._generate(tokens[start:], opts, max_new)
             for step in gen:
+                counted[0] += 1
                 if progress.ttft is None:
                     progress.ttft = time.perf_counter() - progress.started
-                answer, thinking = splitter.feed(step.text)
-                answer_text.append(answer)
+                piece = out.feed(step.text, step.logprob)
                 if step.finish is not None:
-                    return step.finish, (answer, thinking)
-                if answer or thinking:
-                    yield Chunk(text=answer, thinking=thinking, stats=self._stats(progress))
+                    return step.finish, piece
+                if piece:
+                    yield Chunk(text=piece.text, thinking=piece.thinking, tool_calls=piece.calls,
+                                logprobs=piece.logprobs, stats=self._stats(progress))
                 if self._cancel.is_set():
-                    return "cancelled", ("", "")
-            return ("cancelled" if self._cancel.is_set() else "stop"), ("", "")
+                    return "cancelled", Piece()
+                if piece.calls and not opts.parallel_tool_calls:
+                    return "stop", Piece()  # one call was asked for: the answer ends with it
+            return ("cancelled" if self._cancel.is_set() else "stop"), Piece()
         except Cancelled:
-            return "cancelled", ("", "")
+            return "cancelled", Piece()
         finally:
             if gen is not None:
                 gen.close()
@@ -336,22 +542,27 @@ class EngineBase:
 
     # -- after the answer -------------------------------------------------------------------
 
-    def history_tokens(self, messages: Sequence[Message], thinking: bool) -> list[int]:
+    def history_tokens(self, messages: Sequence[Message], thinking: bool,
+                       options: ChatOptions | None = None) -> list[int]:
         """The tokens every next prompt after `messages` starts with: the conversation as the
         template renders it in the history, up to where the next user message's text goes."""
         shared: list[int] | None = None
         for probe in PROBES:
             toks = self._encode(self._render((*messages, Message("user", probe)), thinking,
-                                             generation=False))
+                                             generation=False, options=options))
             shared = toks if shared is None else shared[: common_prefix(shared, toks)]
         return shared or []
 
-    def _settle(self, messages: tuple[Message, ...], answer: str, opts: ChatOptions) -> None:
+    def _settle(self, plan: PromptPlan, answer: str, calls: tuple, opts: ChatOptions) -> None:
         """Evaluate the answer as the next prompt will hold it (errors only cost the reuse)."""
-        if not answer or self._closed:
+        if not (answer or calls) or self._closed:
             return
+        messages = plan.messages
+        if plan.prefill is not None:  # the answer continues the prefilled turn
+            messages, answer = messages[:-1], plan.prefill.content + answer
         try:
-            history = self.history_tokens((*messages, Message("assistant", answer)), opts.thinking)
+            turn = Message("assistant", answer, tool_calls=calls)
+            history = self.history_tokens((*messages, turn), opts.thinking, opts)
             if not history or len(history) >= self.n_ctx - 1:
                 return
             reuse = self.cache.prepare(history, leave=0)

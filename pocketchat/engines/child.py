@@ -62,6 +62,8 @@ def _merge(chunks: list[Chunk]) -> Chunk:
         finish_reason=last.finish_reason,
         error=last.error,
         failure=last.failure,
+        tool_calls=tuple(t for c in chunks for t in c.tool_calls),
+        logprobs=tuple(p for c in chunks for p in c.logprobs),
     )
 
 

@@ -2,9 +2,10 @@
 
 The template is the Jinja2 `tokenizer.chat_template` in the file's metadata, rendered with
 llama-cpp-python's `Jinja2ChatFormatter` (a sandboxed environment with the Hugging Face
-extensions). Thinking is switched off the way the model expects: `enable_thinking=False` for
-templates that know the variable (Qwen3, POCKET), an empty `<think></think>` block prefilled
-for templates that mention `<think>` but not the switch.
+extensions). Each renderer's `apply(dicts, generation=, **kwargs)` gives the raw text; the one
+thinking policy (`thinking_prompt`, used by both backends) switches thinking off the way the
+model expects: `enable_thinking=False` for templates that know the variable (Qwen3, POCKET), an
+empty `<think></think>` block prefilled for templates that mention `<think>` but not the switch.
 
 A file without a template (`template_for`) gets llama.cpp's built-in template for its format,
 told by its special tokens (`<|im_start|>`: ChatML) or its architecture (gemma3: Gemma), with a
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from pocketchat.errors import EngineError
 from pocketchat.engines.types import Message
@@ -27,6 +28,20 @@ CHATML = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 EMPTY_THINK = "<think>\n\n</think>\n\n"
+
+
+def thinking_prompt(text: str, *, thinking: bool, knows_switch: bool,
+                    mentions_think: bool) -> str:
+    """A rendered generation prompt with thinking switched off the way the model expects:
+    the template did it (it knows `enable_thinking`), or an empty think block is prefilled."""
+    if thinking or not mentions_think or knows_switch:
+        return text
+    tail = text.rstrip()
+    if tail.endswith("<think>"):
+        return tail + "\n\n</think>\n\n"
+    if not tail.endswith("</think>"):
+        return text + EMPTY_THINK
+    return text
 
 
 @dataclass(frozen=True)
@@ -57,25 +72,20 @@ class ChatTemplate:
                 hint="The GGUF file's tokenizer.chat_template is broken; try another build.",
             ) from exc
 
-    def render(self, messages: Sequence[Message], *, thinking: bool = True,
-               generation: bool = True) -> Prompt:
-        """The prompt text; `generation=False` leaves out the assistant's generation prompt."""
-        dicts = [{"role": m.role, "content": m.content} for m in messages]
+    def apply(self, dicts: list[dict], *, generation: bool = True, **kwargs: Any) -> str:
+        """The template's text for message dicts; kwargs reach the template (tools, ...)."""
         try:
-            text = self._formatters[generation](messages=dicts, enable_thinking=thinking).prompt
+            return self._formatters[generation](messages=dicts, **kwargs).prompt
         except Exception as exc:  # the template's raise_exception, or a render error
             raise EngineError(
                 f"the chat template rejected the conversation: {exc}",
                 hint="Start a new conversation; if it happens again, report it.",
             ) from exc
-        if generation and not thinking and self.mentions_think and not self.knows_thinking_switch:
-            tail = text.rstrip()
-            if tail.endswith("<think>"):
-                text = tail + "\n\n</think>\n\n"
-            elif not tail.endswith("</think>"):
-                text += EMPTY_THINK
-        tail = text.rstrip()
-        return Prompt(text=text, in_thinking=tail.endswith("<think>"))
+
+    def render(self, messages: Sequence[Message], *, thinking: bool = True,
+               generation: bool = True) -> Prompt:
+        """The prompt text; `generation=False` leaves out the assistant's generation prompt."""
+        return _render(self, messages, thinking, generation)
 
 
 # Special tokens that give a model's chat format away, and llama.cpp's built-in template for it.
@@ -117,9 +127,12 @@ class BuiltinTemplate:
 
     def render(self, messages: Sequence[Message], *, thinking: bool = True,
                generation: bool = True) -> Prompt:
+        return _render(self, messages, thinking, generation)
+
+    def apply(self, dicts: list[dict], *, generation: bool = True, **kwargs: Any) -> str:
         import llama_cpp
 
-        keep = [(m.role.encode(), m.content.encode()) for m in messages]  # alive during the call
+        keep = [(str(d["role"]).encode(), str(d["content"]).encode()) for d in dicts]
         chat = (llama_cpp.llama_chat_message * len(keep))(*[llama_cpp.llama_chat_message(r, c) for r, c in keep])
         size = 4 * sum(len(r) + len(c) for r, c in keep) + 1024
         for _ in range(2):
@@ -128,7 +141,7 @@ class BuiltinTemplate:
             if n < 0:
                 raise EngineError(f"llama.cpp's {self.name!r} template rejected the conversation")
             if n <= size:
-                return Prompt(text=buf.raw[:n].decode("utf-8", errors="replace"), in_thinking=False)
+                return buf.raw[:n].decode("utf-8", errors="replace")
             size = n + 1
         raise EngineError(f"llama.cpp's {self.name!r} template gave no prompt")  # pragma: no cover
 
@@ -142,7 +155,20 @@ class PlainCompletion:
 
     def render(self, messages: Sequence[Message], *, thinking: bool = True,
                generation: bool = True) -> Prompt:
-        return Prompt(text="\n\n".join(m.content for m in messages if m.content), in_thinking=False)
+        return _render(self, messages, thinking, generation)
+
+    def apply(self, dicts: list[dict], *, generation: bool = True, **kwargs: Any) -> str:
+        return "\n\n".join(str(d["content"]) for d in dicts if d.get("content"))
+
+
+def _render(template: "ChatTemplate | BuiltinTemplate | PlainCompletion",
+            messages: Sequence[Message], thinking: bool, generation: bool) -> Prompt:
+    dicts = [{"role": m.role, "content": m.content} for m in messages]
+    text = template.apply(dicts, generation=generation, enable_thinking=thinking)
+    if generation:
+        text = thinking_prompt(text, thinking=thinking, knows_switch=template.knows_thinking_switch,
+                               mentions_think=template.mentions_think)
+    return Prompt(text=text, in_thinking=text.rstrip().endswith("<think>"))
 
 
 def template_for(template: str | None, *, arch: str, model: str, has_token: Callable[[str], bool],

@@ -2,20 +2,51 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator, Literal, Protocol, Sequence, runtime_checkable
 
 from pocketchat.errors import EngineError, PocketchatError
 
-Role = Literal["system", "user", "assistant"]
-FinishReason = Literal["stop", "length", "cancelled", "error"]
+Role = Literal["system", "user", "assistant", "tool"]
+FinishReason = Literal["stop", "length", "cancelled", "error", "tool_calls"]
+StopReason = Literal["stop", "cap", "context", "cancelled", "error", "tool_calls"]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A function call the model made: `arguments` is JSON text (as OpenAI sends it)."""
+
+    id: str  # "call_<hex>"; unique within an answer
+    name: str
+    arguments: str
 
 
 @dataclass(frozen=True)
 class Message:
     role: Role
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()  # an assistant turn that called tools
+    tool_call_id: str | None = None  # a "tool" message: which call it answers
+    name: str | None = None  # a "tool" message: the function's name, if given
+    reasoning: str | None = None  # an assistant turn's reasoning_content (round trip)
+
+
+@dataclass(frozen=True)
+class TopLogprob:
+    token: str
+    logprob: float
+    bytes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token's log-probability, with the `top` most likely alternatives."""
+
+    token: str
+    logprob: float
+    bytes: tuple[int, ...]
+    top: tuple[TopLogprob, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -29,6 +60,18 @@ class ChatOptions:
     thinking: bool = True
     seed: int | None = None
     ignore_eos: bool = False  # keep generating past end-of-text (benchmarks: exactly N tokens)
+    min_p: float | None = None
+    repeat_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logprobs: int | None = None  # None: off; N (0..20): each token's logprob + N alternatives
+    tools: tuple[dict, ...] = ()  # OpenAI tool definitions, as sent ({"type": "function", ...})
+    tool_choice: str | dict = "auto"  # "none" | "auto" | "required" | {"type": "function", ...}
+    parallel_tool_calls: bool = True
+    response_format: dict | None = None  # {"type": "json_object"} | {"type": "json_schema", ...}
+    template_kwargs: dict | None = None  # chat_template_kwargs (enable_thinking stays `thinking`)
+    # A trailing assistant message in `messages` is a prefill: the answer continues it (its
+    # text is not repeated in the chunks).
 
 
 @dataclass(frozen=True)
@@ -53,6 +96,7 @@ class Stats:
     prompt_length: int = 0
     reused_tokens: int = 0
     prepared_tokens: int = 0
+    stop_reason: StopReason | None = None  # set on the last chunk: why the answer stopped
 
     @property
     def evaluated_tokens(self) -> int:
@@ -81,13 +125,16 @@ class Chunk:
     finish_reason: FinishReason | None = None
     error: str | None = None
     failure: PocketchatError | None = None
+    tool_calls: tuple[ToolCall, ...] = ()  # calls completed in this chunk (each once, in order)
+    logprobs: tuple[TokenLogprob, ...] = ()  # one per generated token of this chunk's text
 
     @classmethod
     def failed(cls, exc: BaseException, stats: Stats | None = None, *, prefix: str = "") -> "Chunk":
         """The last chunk of an answer that failed with `exc`."""
         if not isinstance(exc, PocketchatError):
             exc = EngineError(f"{prefix}{type(exc).__name__}: {exc}")
-        return cls(stats=stats or Stats(), finish_reason="error", error=exc.message, failure=exc)
+        stats = replace(stats or Stats(), stop_reason="error")
+        return cls(stats=stats, finish_reason="error", error=exc.message, failure=exc)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ read `progress`, and use the engine once it returns True. Load errors are re-rai
 parent as the same pocketchat error, fields and hint included (errors pickle whole). If the child dies
 (abort, segfault, kill -9, out of memory), the caller gets `EngineCrashed` with the exit code
 or signal name; the messages passed to `chat()` are never modified, and a new engine can be
-opened at once.
+opened at once (also after multiprocessing's resource tracker died: it is relaunched).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import multiprocessing
 import os
 import multiprocessing.connection
 import signal
+import sys
 import threading
 import time
 import weakref
@@ -78,6 +79,20 @@ def describe_exit(exitcode: int | None) -> str:
     return f"exited with code {exitcode}"
 
 
+def relaunch_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker again after it died. Python relaunches it
+    with sys.stderr's descriptor, which inside the chat is Textual's capture (-1: "bad
+    value(s) in fds_to_keep"); the tracker inherits the real stderr (fd 2) anyway, so it is
+    relaunched with no sys.stderr for that moment."""
+    from multiprocessing import resource_tracker
+
+    saved, sys.stderr = sys.stderr, None
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        sys.stderr = saved
+
+
 def _reap(proc: Any, conn: Any) -> None:
     try:
         if proc.is_alive():
@@ -111,7 +126,13 @@ class WorkerEngine:
                                  args=(child, plan, str(path), name, self.log_path,
                                        chunk_interval),
                                  name="pocketchat-engine", daemon=True)
-        self._proc.start()
+        try:
+            self._proc.start()
+        except ValueError as exc:  # the resource tracker died and could not be relaunched
+            if "fds_to_keep" not in str(exc):
+                raise
+            relaunch_resource_tracker()
+            self._proc.start()
         child.close()
         self.plan = plan
         self.info = EngineInfo(backend=plan.backend, model=name or path.stem,
@@ -197,7 +218,8 @@ class WorkerEngine:
 
     def chat(self, messages: Sequence[Message], options: ChatOptions | None = None
              ) -> Iterator[Chunk]:
-        snapshot = tuple(Message(m.role, m.content) for m in messages)
+        snapshot = tuple(m if isinstance(m, Message) else Message(m.role, m.content)
+                         for m in messages)  # frozen: the caller cannot change them later
         return self._chat(snapshot, options or ChatOptions())
 
     def _chat(self, messages: tuple[Message, ...], options: ChatOptions) -> Iterator[Chunk]:

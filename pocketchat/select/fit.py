@@ -216,7 +216,8 @@ def judge(build: Build, budget: Budget | HardwareProfile, *, lang: str = "en", n
         reason += "; too slow to chat comfortably"
     return Candidate(build=build, fits=fits, plan=plan, estimated_memory_bytes=memory,
                      estimated_decode_tok_s=speed, reason=reason, score=score,
-                     eligible=why_not is None, downloaded=downloaded, speed_source=label,
+                     eligible=why_not is None, why_not=why_not or "", downloaded=downloaded,
+                     speed_source=label,
                      gave_up=lost, traded=fit is not None and c.step.traded,
                      split=fit.split if fit else (c.tried[-1].split if c.tried else None),
                      estimated_anonymous_bytes=fit.anonymous if fit else None,

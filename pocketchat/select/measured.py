@@ -116,10 +116,15 @@ def load(cache_dir: Path) -> list[SpeedRecord]:
 
 
 def _write(cache_dir: Path, records: list[SpeedRecord]) -> None:
-    cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = path_in(cache_dir).with_suffix(".tmp")
-    tmp.write_text(json.dumps({"records": [asdict(r) for r in records]}, indent=1))
-    tmp.replace(path_in(cache_dir))
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps({"records": [asdict(r) for r in records]}, indent=1))
+        tmp.replace(path_in(cache_dir))
+    except OSError as exc:
+        if exc.filename is None:  # a write or close that failed (a full disk): say where
+            raise OSError(exc.errno, exc.strerror, str(tmp)) from exc
+        raise
 
 
 def save(cache_dir: Path, record: SpeedRecord, *, runs: int = RUNS_KEPT, keep: int = 200) -> None:

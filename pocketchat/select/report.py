@@ -119,29 +119,37 @@ def _without_gave_up(reason: str) -> str:
 
 
 def nothing_fits_summary(rec: Recommendation) -> str:
-    """How much is free and what the smallest eligible build needs."""
+    """How much is free and what the smallest build on offer needs; or, when no build is on
+    offer at all (a backend or language that rules every build out), why not."""
     hw = rec.hardware
-
-    eligible = [c for c in rec.candidates if c.eligible] or list(rec.candidates)
-    smallest = min(eligible, key=lambda c: c.estimated_memory_bytes, default=None)
     free = (f"{fmt_gb(cpu_budget(hw))} of RAM is free for a model "
             f"({fmt_gb(hw.ram_available_bytes)} available of {fmt_gb(hw.ram_total_bytes)})")
-    if smallest is None:
-        return free
-    return (f"{free}; the smallest build, {smallest.build.id}, needs "
-            f"{fmt_gb(smallest.estimated_memory_bytes)}: {smallest.reason}")
+    eligible = [c for c in rec.candidates if c.eligible]
+    if not eligible:
+        reasons = list(dict.fromkeys(c.why_not or c.reason for c in rec.candidates))
+        return ("no build can run with these settings: " + "; ".join(reasons[:2])
+                if reasons else free)
+    smallest = min(eligible, key=lambda c: c.estimated_memory_bytes)
+    return f"{free}; the smallest build, {smallest.build.id}: {smallest.reason}"
 
 
 def _count(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
+PROFILE_WIDTH = 78  # the CPU flags wrap to stay within this many columns (a dialog, a narrow terminal)
+
+
 def format_profile(hw: HardwareProfile) -> str:
+    indent = " " * len("CPU:       ")
+    flags = textwrap.wrap("flags: " + " ".join(hw.cpu_flags), PROFILE_WIDTH, initial_indent=indent,
+                          subsequent_indent=indent + "       ", break_long_words=False,
+                          break_on_hyphens=False) if hw.cpu_flags else []
     lines = [
         f"OS:        {hw.os} {hw.arch}",
         f"CPU:       {hw.cpu_name} ({_count(hw.cpu_physical_cores, 'core')}, "
-        f"{_count(hw.cpu_logical_cores, 'thread')})"
-        + (f"; {' '.join(hw.cpu_flags)}" if hw.cpu_flags else ""),
+        f"{_count(hw.cpu_logical_cores, 'thread')})",
+        *flags,
         f"RAM:       {fmt_gb(hw.ram_total_bytes)} total, {fmt_gb(hw.ram_available_bytes)} available",
         "Bandwidth: " + (f"{hw.memory_bandwidth_gbps:.1f} GB/s (measured copy)"
                          if hw.memory_bandwidth_gbps else "not measured"),
@@ -164,8 +172,31 @@ def format_profile(hw: HardwareProfile) -> str:
     return "\n".join(lines)
 
 
-def nothing_fits(rec: Recommendation) -> NothingFits:
-    """The one error every command gives when no build fits (the figures, and what to try)."""
+def short_of_disk(rec: Recommendation) -> Candidate | None:
+    """The smallest eligible build that fits in memory but not on the disk (None when memory,
+    not the disk, is what stops every build)."""
+    held = [c for c in rec.candidates
+            if c.eligible and c.plan is not None and not c.fits and not c.downloaded]
+    return min(held, key=lambda c: c.build.size_bytes, default=None)
+
+
+def nothing_fits(rec: Recommendation, hint: str | None = None) -> NothingFits:
+    """The one error every command gives when no build fits (the figures, and what to try):
+    disk advice when the disk is what is short, memory advice otherwise (or `hint`)."""
+    disk = short_of_disk(rec)
+    if disk is not None:
+        from pocketchat.paths import settings
+
+        where = settings().hf_cache_dir
+        return NothingFits(
+            f"not enough free disk to download a build that fits this machine's memory: the "
+            f"smallest, {disk.build.id}, {disk.reason}",
+            hint=f"Free disk space where models are stored ({where}), or set HF_HUB_CACHE to a "
+                 "folder on a larger disk; or use --model starter to chat with the small embedded "
+                 "model.")
+    if not any(c.eligible for c in rec.candidates):
+        hint = hint or ("Change the setting that rules the builds out (--backend, --lang), or "
+                        "name a build with --model.")
     return NothingFits(nothing_fits_summary(rec),
-                       hint="Close other programs, try a smaller --ctx, or use --model starter "
-                            "to chat with the small embedded model.")
+                       hint=hint or "Close other programs, try a smaller --ctx, or use --model "
+                                    "starter to chat with the small embedded model.")

@@ -1,6 +1,7 @@
 """The OpenAI-compatible HTTP API over one engine, as a Starlette (ASGI) application.
 
     POST /v1/chat/completions   streaming (SSE) or not; see protocol.py for the fields
+    POST /v1/completions        the legacy endpoint: a raw prompt continued
     GET  /v1/models             the one model this server runs
     GET  /health                {"status": "loading" | "ready" | "error", ...} (no key needed)
 
@@ -17,7 +18,7 @@ import contextlib
 import json
 import time
 import uuid
-from typing import Any, AsyncIterator, Callable, Sequence
+from typing import Any, AsyncIterator, Awaitable, Callable, Sequence
 
 import anyio
 from starlette.applications import Starlette
@@ -27,11 +28,15 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from pocketchat.engines.types import Chunk
-from pocketchat.errors import ApiError, ContextOverflow, EngineCrashed
+from pocketchat.errors import ApiError, ContextOverflow, EngineCrashed, UnsupportedRequest
+from pocketchat.server.cors import Cors, CorsPolicy, Preflight
 from pocketchat.server.guard import Guard, send_error, send_json
-from pocketchat.server.host import Answer, EngineHost
-from pocketchat.server.protocol import ChatRequest, error_body, parse_chat_request, timings, usage
-from pocketchat.server.reply import Reply
+from pocketchat.server.host import EngineHost, Run, Turn, chat_run, completion_run
+from pocketchat.server.protocol import (ChatRequest, CompletionRequest, combined, error_body,
+                                        legacy_logprobs, logprob_entries, parse_chat_request,
+                                        parse_completion_request, seeded, timings,
+                                        tool_call_entries, usage)
+from pocketchat.server.reply import Delta, Reply
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
 DRAIN_FACTOR = 16
@@ -102,9 +107,17 @@ async def read_body(scope: dict, receive: Callable, limit: int) -> bytes:
     return b"".join(parts)
 
 
+def unsupported_error(exc: UnsupportedRequest) -> ApiError:
+    """A request the engine cannot honour as asked: 400 naming the part."""
+    return ApiError(exc.message, status=400, code="unsupported_parameter", param=exc.param,
+                    hint=exc.hint or None)
+
+
 def chunk_error(chunk: Chunk) -> ApiError:
     """The HTTP error for an answer that ended with finish_reason 'error'."""
     failure = chunk.failure
+    if isinstance(failure, UnsupportedRequest):
+        return unsupported_error(failure)
     if isinstance(failure, ContextOverflow):
         return ApiError(
             f"the conversation needs {failure.prompt_tokens} prompt tokens but the model's context "
@@ -132,8 +145,12 @@ def refuse_dropped(first: Chunk) -> None:
             hint="Shorten the conversation or lower max_tokens, or restart the server with a larger --ctx.")
 
 
-class ChatCompletions:
-    """POST /v1/chat/completions (an ASGI app: it watches the connection while it answers)."""
+class Endpoint:
+    """A generating endpoint (an ASGI app: it watches the connection while it answers).
+
+    Reads and validates the body, then answers within one turn of the engine; a client that
+    goes away cancels the request at once, queued or generating.
+    """
 
     def __init__(self, host: EngineHost, model_id: str, aliases: Sequence[str] = (),
                  max_body: int = MAX_BODY_BYTES) -> None:
@@ -142,10 +159,16 @@ class ChatCompletions:
         self.names = {model_id, *aliases}
         self.max_body = max_body
 
+    def parse(self, body: bytes) -> Any:
+        raise NotImplementedError
+
+    async def answer(self, request: Any, out: Responder) -> None:
+        raise NotImplementedError
+
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         out = Responder(send)
         try:
-            request = parse_chat_request(await read_body(scope, receive, self.max_body))
+            request = self.parse(await read_body(scope, receive, self.max_body))
             if request.model is not None and request.model not in self.names:
                 raise ApiError(f"the model {request.model!r} does not exist: this server runs "
                                f"{self.model_id!r}", status=404, code="model_not_found", param="model")
@@ -156,73 +179,176 @@ class ChatCompletions:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_cancel_on_disconnect, receive, tg.cancel_scope)
             try:
-                await self._answer(request, out)
+                await self.answer(request, out)
             except ApiError as exc:
                 await out.fail(exc)
+            except UnsupportedRequest as exc:
+                await out.fail(unsupported_error(exc))
             except EngineCrashed as exc:
                 await out.fail(crash_error(exc))
             finally:
                 tg.cancel_scope.cancel()
 
-    async def _answer(self, request: ChatRequest, out: Responder) -> None:
-        async with self.host.generate(request.messages, request.options) as answer:
-            chunks = aiter(answer)
-            first = await anext(chunks)
-            if first.finish_reason == "error":
-                raise chunk_error(first)
-            refuse_dropped(first)
-            meta = {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "created": int(time.time()),
-                    "model": self.model_id}
-            if request.stream:
-                await self._stream(request, meta, first, chunks, answer, out)
-            else:
-                await self._whole(request, meta, first, chunks, answer, out)
+    def meta(self, prefix: str) -> dict[str, Any]:
+        return {"id": f"{prefix}-{uuid.uuid4().hex[:24]}", "created": int(time.time()),
+                "model": self.model_id}
 
-    async def _whole(self, request: ChatRequest, meta: dict, first: Chunk,
-                     chunks: AsyncIterator[Chunk], answer: Answer, out: Responder) -> None:
-        reply, last = Reply(request.stop), first
-        reply.feed(first)
-        async for last in _rest(first, chunks):
-            reply.feed(last)
-            if reply.stopped:
-                answer.cancel()
-        if reply.finish_reason == "error":
-            raise chunk_error(last)
-        message: dict[str, Any] = {"role": "assistant", "content": reply.text}
-        if reply.thinking:
-            message["reasoning_content"] = reply.thinking
-        await out.json(200, {
-            **meta, "object": "chat.completion", "system_fingerprint": None,
-            "choices": [{"index": 0, "message": message, "logprobs": None,
-                         "finish_reason": reply.finish_reason}],
-            "usage": usage(reply.stats), "timings": timings(reply.stats),
-        })
 
-    async def _stream(self, request: ChatRequest, meta: dict, first: Chunk,
-                      chunks: AsyncIterator[Chunk], answer: Answer, out: Responder) -> None:
-        base = {**meta, "object": "chat.completion.chunk", "system_fingerprint": None}
-
-        def event(delta: dict, finish: str | None = None, **extra: Any) -> dict:
-            return {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                                         "finish_reason": finish}], **extra}
-
-        reply, last = Reply(request.stop), first
-        await out.start_events()
-        await out.event(event({"role": "assistant", "content": ""}))
+async def answer_one(turn: Turn, run: Run, stops: Sequence[str],
+                     on_delta: Callable[[Delta, bool], Awaitable[None]]) -> Reply:
+    """One answer within a turn, stop sequences applied: `on_delta(delta, first)` gets each
+    piece (the first once the engine has read the prompt); errors before that are raised."""
+    async with turn.answer(run) as answer:
+        chunks = aiter(answer)
+        first = await anext(chunks)
+        if first.finish_reason == "error":
+            raise chunk_error(first)
+        refuse_dropped(first)
+        reply, last, opening = Reply(stops), first, True
         async for last in _with_first(first, chunks):
-            d = reply.feed(last)
-            delta = {k: v for k, v in (("reasoning_content", d.reasoning), ("content", d.content)) if v}
-            if delta:
-                await out.event(event(delta))
+            await on_delta(reply.feed(last), opening)
+            opening = False
             if reply.stopped:
                 answer.cancel()
         if reply.finish_reason == "error":
             raise chunk_error(last)
-        await out.event(event({}, reply.finish_reason, timings=timings(reply.stats)))
+        return reply
+
+
+class ChatCompletions(Endpoint):
+    """POST /v1/chat/completions."""
+
+    def parse(self, body: bytes) -> ChatRequest:
+        return parse_chat_request(body)
+
+    async def answer(self, request: ChatRequest, out: Responder) -> None:
+        meta = self.meta("chatcmpl")
+        base = {**meta, "object": "chat.completion.chunk", "system_fingerprint": None}
+        replies: list[Reply] = []
+        async with self.host.turn() as turn:
+            for index in range(request.n):
+                run = chat_run(request.messages, seeded(request.options, index))
+                if request.stream:
+                    replies.append(await self._stream_choice(request, base, index, turn, run, out))
+                else:
+                    replies.append(await answer_one(turn, run, request.stop, _quiet))
+        stats = combined([r.stats for r in replies])
+        if not request.stream:
+            return await out.json(200, {
+                **meta, "object": "chat.completion", "system_fingerprint": None,
+                "choices": [self._choice(i, r, request) for i, r in enumerate(replies)],
+                "usage": usage(stats), "timings": timings(stats),
+            })
         if request.include_usage:
-            await out.event({**base, "choices": [], "usage": usage(reply.stats)})
+            await out.event({**base, "choices": [], "usage": usage(stats)})
         await out.event("[DONE]")
         await out.end()
+
+    @staticmethod
+    def _choice(index: int, reply: Reply, request: ChatRequest) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant",
+                                   "content": reply.text if reply.text or not reply.tool_calls else None}
+        if reply.thinking:
+            message["reasoning_content"] = reply.thinking
+        if reply.tool_calls:
+            message["tool_calls"] = [{k: v for k, v in c.items() if k != "index"}
+                                     for c in tool_call_entries(reply.tool_calls)]
+        logprobs = {"content": logprob_entries(reply.logprobs), "refusal": None} if request.logprobs else None
+        return {"index": index, "message": message, "logprobs": logprobs,
+                "finish_reason": reply.finish_reason}
+
+    async def _stream_choice(self, request: ChatRequest, base: dict, index: int, turn: Turn,
+                             run: Run, out: Responder) -> Reply:
+        calls = 0
+
+        def event(delta: dict, finish: str | None = None, logprobs: Any = None, **extra: Any) -> dict:
+            return {**base, "choices": [{"index": index, "delta": delta, "logprobs": logprobs,
+                                         "finish_reason": finish}], **extra}
+
+        async def on_delta(d: Delta, first: bool) -> None:
+            nonlocal calls
+            if first:
+                if not out.started:
+                    await out.start_events()
+                await out.event(event({"role": "assistant", "content": ""}))
+            delta: dict[str, Any] = {k: v for k, v in (("reasoning_content", d.reasoning),
+                                                       ("content", d.content)) if v}
+            if d.tool_calls:
+                delta["tool_calls"] = tool_call_entries(d.tool_calls, calls)
+                calls += len(d.tool_calls)
+            lps = d.logprobs if request.logprobs else ()
+            if delta or lps:
+                await out.event(event(delta, logprobs={"content": logprob_entries(lps), "refusal": None}
+                                      if lps else None))
+
+        reply = await answer_one(turn, run, request.stop, on_delta)
+        await out.event(event({}, reply.finish_reason, timings=timings(reply.stats)))
+        return reply
+
+
+class Completions(Endpoint):
+    """POST /v1/completions: the legacy endpoint, a raw prompt continued."""
+
+    def parse(self, body: bytes) -> CompletionRequest:
+        return parse_completion_request(body)
+
+    async def answer(self, request: CompletionRequest, out: Responder) -> None:
+        meta = {**self.meta("cmpl"), "object": "text_completion"}
+        replies: list[Reply] = []
+        async with self.host.turn() as turn:
+            for index in range(request.n):
+                replies.append(await self._choice(request, meta, index, turn, out))
+        stats = combined([r.stats for r in replies])
+        if not request.stream:
+            choices = []
+            for i, r in enumerate(replies):
+                head = request.prompt if request.echo else ""
+                logprobs = (legacy_logprobs(r.logprobs, len(head))
+                            if request.logprobs is not None else None)
+                choices.append({"index": i, "text": head + r.text, "logprobs": logprobs,
+                                "finish_reason": _legacy_finish(r.finish_reason)})
+            return await out.json(200, {**meta, "choices": choices, "usage": usage(stats)})
+        if request.include_usage:
+            await out.event({**meta, "choices": [], "usage": usage(stats)})
+        await out.event("[DONE]")
+        await out.end()
+
+    async def _choice(self, request: CompletionRequest, meta: dict, index: int, turn: Turn,
+                      out: Responder) -> Reply:
+        run = completion_run(request.prompt, seeded(request.options, index))
+        offset = len(request.prompt) if request.echo else 0
+
+        def event(text: str, finish: str | None = None, logprobs: Any = None) -> dict:
+            return {**meta, "choices": [{"index": index, "text": text, "logprobs": logprobs,
+                                         "finish_reason": finish}]}
+
+        async def on_delta(d: Delta, first: bool) -> None:
+            nonlocal offset
+            if not request.stream:
+                return
+            if first:
+                if not out.started:
+                    await out.start_events()
+                if request.echo:
+                    await out.event(event(request.prompt))
+            lps = legacy_logprobs(d.logprobs, offset) if request.logprobs is not None else None
+            if d.content:
+                await out.event(event(d.content, logprobs=lps))
+                offset += len(d.content)
+
+        reply = await answer_one(turn, run, request.stop, on_delta)
+        if request.stream:
+            await out.event(event("", _legacy_finish(reply.finish_reason)))
+        return reply
+
+
+def _legacy_finish(reason: str | None) -> str | None:
+    """The completions endpoint knows only "stop" and "length"."""
+    return "length" if reason == "length" else ("stop" if reason is not None else None)
+
+
+async def _quiet(_delta: Delta, _first: bool) -> None:
+    """A whole (non-streaming) answer sends nothing while it is written."""
 
 
 async def _rest(first: Chunk, chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
@@ -246,8 +372,10 @@ async def _cancel_on_disconnect(receive: Callable, scope: anyio.CancelScope) -> 
 
 def create_app(host: EngineHost, *, model_id: str, aliases: Sequence[str] = (),
                api_key: str | None = None, loopback_only: bool = True,
-               model_info: dict[str, Any] | None = None, max_body: int = MAX_BODY_BYTES) -> Guard:
-    """The server's ASGI application (run it with uvicorn)."""
+               model_info: dict[str, Any] | None = None, max_body: int = MAX_BODY_BYTES,
+               cors_origins: Sequence[str] = ()) -> Cors:
+    """The server's ASGI application (run it with uvicorn); `cors_origins`: the web origins
+    allowed besides this machine's own pages ('*': any), see cors.py."""
     created = int(time.time())
     card = {"id": model_id, "object": "model", "created": created, "owned_by": "pocketchat",
             **(model_info or {})}
@@ -273,7 +401,7 @@ def create_app(host: EngineHost, *, model_id: str, aliases: Sequence[str] = (),
         text = getattr(exc, "detail", None) or "internal server error"
         if status in (404, 405):
             text = (f"{text}: {request.method} {request.url.path}. This server answers POST "
-                    "/v1/chat/completions, GET /v1/models and GET /health.")
+                    "/v1/chat/completions, POST /v1/completions, GET /v1/models and GET /health.")
         body = {"error": {"message": str(text), "type": kind, "param": None, "code": None}}
         return JSONResponse(body, status_code=status, headers=getattr(exc, "headers", None))
 
@@ -285,16 +413,18 @@ def create_app(host: EngineHost, *, model_id: str, aliases: Sequence[str] = (),
         finally:
             await host.stop()
 
-    chat = ChatCompletions(host, model_id, aliases, max_body)
     routes = [
         Route("/health", health, methods=["GET"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/v1/models/{name:path}", model, methods=["GET"]),
-        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/chat/completions", ChatCompletions(host, model_id, aliases, max_body),
+              methods=["POST"]),
+        Route("/v1/completions", Completions(host, model_id, aliases, max_body), methods=["POST"]),
     ]
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={HTTPException: http_error, Exception: http_error})
-    return Guard(app, api_key=api_key, loopback_only=loopback_only)
+    guarded = Guard(Preflight(app), api_key=api_key, loopback_only=loopback_only)
+    return Cors(guarded, CorsPolicy(cors_origins))
 
 
-__all__ = ["create_app", "ChatCompletions", "MAX_BODY_BYTES", "send_error"]
+__all__ = ["create_app", "ChatCompletions", "Completions", "MAX_BODY_BYTES", "send_error"]

@@ -1,18 +1,22 @@
 """Who may talk to the server: the API key and, on loopback, the Host header.
 
 - API key: required on every path but /health when one is set (`Authorization: Bearer KEY`),
-  compared in constant time (both sides hashed first, so not even the length leaks).
-- Loopback without a key: only requests addressed to localhost / 127.0.0.1 / [::1] are
-  served. A web page cannot read the answers anyway (no CORS headers are ever sent), and this
-  also stops DNS rebinding (evil.example resolving to 127.0.0.1) from reaching the model.
+  compared in constant time (both sides hashed first, so not even the length leaks). OPTIONS
+  (a browser's CORS preflight, which never carries the key) needs none: it is answered with
+  headers only (cors.py), and no model is reached.
+- Loopback without a key: only requests addressed to localhost / 127.0.0.1 / [::1], or to the
+  loopback address the request arrived on (`serve --host 127.0.0.2`), are served. This stops
+  DNS rebinding (evil.example resolving to 127.0.0.1) from reaching the model; which pages may
+  read answers is cors.py's policy.
 - POST bodies must be `application/json`: a browser cannot send that cross-origin without a
-  preflight, which this server never grants.
+  preflight, which cors.py grants only to the allowed origins.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import json
 from typing import Any, Callable
 
@@ -28,6 +32,23 @@ def host_name(host_header: str) -> str:
     if host.startswith("["):
         return host[1:].split("]", 1)[0]
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def is_loopback_ip(name: str) -> bool:
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def host_allowed(host_header: str, server: tuple | None) -> bool:
+    """Whether a Host header names this loopback server: a loopback name, or the loopback
+    address the connection arrived on (the one `--host` asked for)."""
+    name = host_name(host_header)
+    if name in LOOPBACK_NAMES:
+        return True
+    local = str(server[0]).strip("[]").lower() if server else ""
+    return bool(local) and name == local and is_loopback_ip(local)
 
 
 def _digest(value: str) -> bytes:
@@ -56,10 +77,11 @@ class Guard:
         return await self.app(scope, receive, send)
 
     def check(self, scope: dict, headers: dict[str, str]) -> ApiError | None:
-        if self.loopback_only and host_name(headers.get("host", "")) not in LOOPBACK_NAMES:
-            return ApiError("this server answers only requests addressed to localhost or 127.0.0.1",
+        if self.loopback_only and not host_allowed(headers.get("host", ""), scope.get("server")):
+            return ApiError("this server answers only requests addressed to localhost or to the "
+                            "loopback address it listens on",
                             status=403, type="permission_error", code="host_not_allowed")
-        if self.api_key and scope["path"] not in OPEN_PATHS:
+        if self.api_key and scope["path"] not in OPEN_PATHS and scope["method"] != "OPTIONS":
             auth = headers.get("authorization", "")
             token = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
             if not key_matches(token, self.api_key):

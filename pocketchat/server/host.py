@@ -4,10 +4,13 @@
 process, so the server's event loop never competes with it for the GIL) and a single engine
 thread that opens it and iterates its answers. Requests take turns through a FIFO lock; at
 most `queue_size` wait behind the one that runs, the next gets `ApiError` 429 with a
-Retry-After estimated from recent answers. `generate()` is an async context manager: whoever
-leaves it early (a client that went away) cancels the answer in the engine at once, and the
-turn passes on only when the engine has really stopped. An engine that crashed is closed and
-opened again before the next answer; /health says "loading" meanwhile.
+Retry-After estimated from recent answers. `turn()` holds the engine for one request (its `n`
+answers run one after another); `Turn.answer()` and `generate()` are async context managers:
+whoever leaves one early (a client that went away) cancels the answer in the engine at once,
+and the turn passes on only when the engine has really stopped. An engine that crashed is
+closed and opened again before the next answer; /health says "loading" meanwhile.
+`close_doors()` (the server stopping) ends the answer in progress and turns away the requests
+still waiting.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Callable, Literal
+from typing import AsyncIterator, Callable, Iterator, Literal, Sequence
 
 import anyio
 
@@ -26,25 +29,48 @@ from pocketchat.engines.types import ChatOptions, Chunk, Engine, Message
 from pocketchat.errors import ApiError, EngineCrashed, PocketchatError
 
 State = Literal["loading", "ready", "error"]
+Run = Callable[[Engine], Iterator[Chunk]]  # one answer, asked of the loaded engine
+
+
+def chat_run(messages: Sequence[Message], options: ChatOptions) -> Run:
+    """The engine's answer to a conversation."""
+    return lambda engine: engine.chat(messages, options)
+
+
+def completion_run(prompt: str, options: ChatOptions) -> Run:
+    """The engine's continuation of a raw prompt.
+
+    An engine with a raw-prompt path (`complete(prompt, options)`) continues the text as it
+    is; any other gets the prompt as one user message through the chat template.
+    """
+    def run(engine: Engine) -> Iterator[Chunk]:
+        complete = getattr(engine, "complete", None)
+        if callable(complete):
+            return complete(prompt, options)
+        return engine.chat([Message("user", prompt)], options)
+
+    return run
 
 
 class Answer:
     """One answer streaming from the engine thread into the event loop."""
 
-    def __init__(self, engine: Engine, messages: tuple[Message, ...], options: ChatOptions,
-                 executor: ThreadPoolExecutor) -> None:
+    def __init__(self, engine: Engine, run: Run, executor: ThreadPoolExecutor) -> None:
         self._engine = engine
         self._loop = asyncio.get_running_loop()
         self._items: asyncio.Queue = asyncio.Queue()
         self.finished = False
         self.crashed = False
-        self._done = self._loop.run_in_executor(executor, self._pump, messages, options)
+        self._stop = False
+        self._done = self._loop.run_in_executor(executor, self._pump, run)
 
-    def _pump(self, messages: tuple[Message, ...], options: ChatOptions) -> None:
+    def _pump(self, run: Run) -> None:
         put = self._loop.call_soon_threadsafe
         try:
-            for chunk in self._engine.chat(messages, options):
+            for chunk in run(self._engine):
                 put(self._items.put_nowait, chunk)
+                if self._stop and chunk.finish_reason is None:  # asked before the engine began
+                    self._engine.cancel()
         except BaseException as exc:  # noqa: BLE001 - handed to the reader, which re-raises
             put(self._items.put_nowait, exc)
         put(self._items.put_nowait, None)
@@ -62,6 +88,7 @@ class Answer:
     def cancel(self) -> None:
         """Ask the engine to stop this answer (it ends with finish_reason 'cancelled')."""
         if not self.finished:
+            self._stop = True
             self._engine.cancel()
 
     async def wait_stopped(self) -> None:
@@ -86,6 +113,8 @@ class EngineHost:
         self._turn: asyncio.Lock | None = None
         self._durations: deque[float] = deque(maxlen=16)
         self._crashed: Engine | None = None
+        self._answer: Answer | None = None
+        self.closing = False
 
     # -- life -----------------------------------------------------------------------------
 
@@ -107,6 +136,13 @@ class EngineHost:
         if engine is not None:
             await asyncio.get_running_loop().run_in_executor(self._executor, engine.close)
         self._executor.shutdown(wait=False)
+
+    def close_doors(self) -> None:
+        """The server is stopping: the answer in progress ends now (finish_reason 'cancelled'),
+        requests that wait or arrive get a 503, so every connection finishes promptly."""
+        self.closing = True
+        if self._answer is not None:
+            self._answer.cancel()
 
     def _open(self) -> Engine:
         if self._crashed is not None:
@@ -154,6 +190,8 @@ class EngineHost:
     def _admit(self) -> None:
         if self._turn is None:
             raise ApiError("the server is not started", status=503, type="server_error")
+        if self.closing:
+            raise stopping()
         if self.state == "error" and self.error is not None:
             raise load_failed(self.error)
         if self.waiting >= self.queue_size:
@@ -165,9 +203,9 @@ class EngineHost:
             )
 
     @asynccontextmanager
-    async def generate(self, messages: tuple[Message, ...], options: ChatOptions
-                       ) -> AsyncIterator[Answer]:
-        """Wait for the turn (bounded queue), then stream one answer from the engine."""
+    async def turn(self) -> AsyncIterator["Turn"]:
+        """Wait for the turn (bounded queue); answers asked within it run one after another,
+        and no other request's answer comes between them (a request's `n` choices)."""
         self._admit()
         assert self._turn is not None
         self.waiting += 1
@@ -176,22 +214,23 @@ class EngineHost:
         finally:
             self.waiting -= 1
         started = time.monotonic()
-        answer: Answer | None = None
+        turn = Turn(self)
         try:
-            engine = await self._ensure()
-            self.busy = True
-            answer = Answer(engine, messages, options, self._executor)
-            yield answer
+            if self.closing:
+                raise stopping()
+            yield turn
         finally:
-            if answer is not None:
-                answer.cancel()
-                with anyio.CancelScope(shield=True):
-                    await answer.wait_stopped()
+            if turn.answers:
                 self._durations.append(time.monotonic() - started)
-                if answer.crashed:
-                    self._engine_crashed()
             self.busy = False
             self._turn.release()
+
+    @asynccontextmanager
+    async def generate(self, messages: tuple[Message, ...], options: ChatOptions
+                       ) -> AsyncIterator[Answer]:
+        """Wait for the turn (bounded queue), then stream one answer from the engine."""
+        async with self.turn() as turn, turn.answer(chat_run(messages, options)) as answer:
+            yield answer
 
     def health(self) -> dict:
         body: dict = {"status": self.state, "busy": self.busy, "queued": self.waiting,
@@ -199,6 +238,39 @@ class EngineHost:
         if self.error is not None:
             body["error"] = self.error.message
         return body
+
+
+class Turn:
+    """A request's hold on the engine: its answers, one at a time."""
+
+    def __init__(self, host: EngineHost) -> None:
+        self._host = host
+        self.answers = 0
+
+    @asynccontextmanager
+    async def answer(self, run: Run) -> AsyncIterator[Answer]:
+        """Stream one answer; leaving early cancels it, and returns once the engine stopped."""
+        host = self._host
+        if host.closing:
+            raise stopping()
+        engine = await host._ensure()
+        host.busy = True
+        answer = host._answer = Answer(engine, run, host._executor)
+        self.answers += 1
+        try:
+            yield answer
+        finally:
+            host._answer = None
+            answer.cancel()
+            with anyio.CancelScope(shield=True):
+                await answer.wait_stopped()
+            if answer.crashed:
+                host._engine_crashed()
+
+
+def stopping() -> ApiError:
+    return ApiError("the server is shutting down", status=503, type="server_error",
+                    code="server_stopping", hint="Try again when it has been started again.")
 
 
 def load_failed(exc: PocketchatError) -> ApiError:

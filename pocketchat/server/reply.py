@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from pocketchat.engines.types import Chunk, Stats
+from pocketchat.engines.types import Chunk, Stats, TokenLogprob, ToolCall
 
 
 class StopScanner:
@@ -46,22 +46,35 @@ class StopScanner:
 
 @dataclass
 class Delta:
+    """What to send for one chunk: text, reasoning, finished tool calls, the text's logprobs."""
+
     content: str = ""
     reasoning: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass
 class Reply:
-    """Accumulates one answer; `feed(chunk)` gives what to send now."""
+    """Accumulates one answer; `feed(chunk)` gives what to send now.
+
+    A chunk's logprobs are sent with the last of its text: held back while the stop scanner
+    holds part of that text, dropped with text cut by a stop sequence.
+    """
 
     stops: Sequence[str] = ()
     content: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
     stats: Stats = field(default_factory=Stats)
     finish_reason: str | None = None
 
     def __post_init__(self) -> None:
         self._scanner = StopScanner(self.stops)
+        self._fed = 0  # characters of answer text given to the scanner
+        self._sent = 0  # characters of it sent on (a prefix of what was fed)
+        self._pending: list[tuple[int, int, tuple[TokenLogprob, ...]]] = []  # (start, end, lps)
 
     @property
     def stopped(self) -> bool:
@@ -73,13 +86,33 @@ class Reply:
         if self._scanner.hit:  # past a stop: the engine is being cancelled, nothing more is sent
             delta = Delta()
         else:
-            delta = Delta(reasoning=chunk.thinking, content=self._scanner.feed(chunk.text))
+            if chunk.logprobs:
+                self._pending.append((self._fed, self._fed + len(chunk.text), chunk.logprobs))
+            self._fed += len(chunk.text)
+            delta = Delta(reasoning=chunk.thinking, content=self._scanner.feed(chunk.text),
+                          tool_calls=chunk.tool_calls)
         if chunk.finish_reason is not None:
             delta.content += self._scanner.flush()
             self.finish_reason = "stop" if self._scanner.hit else chunk.finish_reason
+        self._sent += len(delta.content)
+        delta.logprobs = self._release(final=chunk.finish_reason is not None or self._scanner.hit)
         self.content.append(delta.content)
         self.reasoning.append(delta.reasoning)
+        self.tool_calls.extend(delta.tool_calls)
+        self.logprobs.extend(delta.logprobs)
         return delta
+
+    def _release(self, final: bool) -> tuple[TokenLogprob, ...]:
+        """The logprobs of chunks whose text has been sent (at the end: those it began in)."""
+        out: list[TokenLogprob] = []
+        while self._pending:
+            start, end, lps = self._pending[0]
+            if end <= self._sent or (final and start < self._sent):
+                out.extend(lps)
+            elif not final:
+                break
+            self._pending.pop(0)
+        return tuple(out)
 
     @property
     def text(self) -> str:

@@ -47,7 +47,7 @@ def fetch_model(rm: ResolvedModel, *, confirm, progress, options: DownloadOption
     if to_fetch and vet is not None:
         from pocketchat.store.header import remote_facts
 
-        facts = remote_facts(rm)
+        facts = remote_facts(rm, options=options)
         if facts is not None:
             vet(rm, facts)
     if to_fetch:

@@ -10,6 +10,7 @@ import asyncio
 import os
 import signal
 import threading
+import time
 from typing import Callable
 
 from textual import work
@@ -21,7 +22,8 @@ from textual.widgets import Footer
 from pocketchat.conversations import Conversation
 from pocketchat.paths import settings
 from pocketchat.engines.types import ChatOptions, Engine, EngineInfo
-from pocketchat.ui.chat import Chat, describe_error
+from pocketchat.ui.chat import RESTART_HINT, Chat
+from pocketchat.ui.format import describe_error
 from pocketchat.ui.messages import (
     EngineFailed,
     EngineLost,
@@ -40,10 +42,11 @@ from pocketchat.ui.startup import (
     prestart_process_helpers,
     start_engine,
 )
-from pocketchat.ui.streaming import AnswerStream, MemoryFn, MemoryProbe, engine_pid
+from pocketchat.ui.streaming import AnswerStream, MemoryFn, MemoryProbe, engine_alive, engine_pid
 from pocketchat.ui.widgets import PLACEMENT_WORDS, EngineHeader
 
 EXIT_GRACE = 20.0  # seconds after SIGTERM/SIGHUP before the process ends however far the app got
+CTRL_C_AGAIN = 3.0  # on an idle chat, a second Ctrl+C within this many seconds quits
 
 
 class ChatApp(App[int]):
@@ -57,6 +60,7 @@ class ChatApp(App[int]):
         Binding("ctrl+n", "new_chat", "New chat"),
         Binding("ctrl+r", "restart", "Restart engine"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
+        Binding("ctrl+c", "interrupt", "Stop answer / quit", show=False, priority=True),
     ]
 
     def __init__(
@@ -81,6 +85,9 @@ class ChatApp(App[int]):
         self.chat = Chat(conversation, system=system, thinking=thinking, options=options,
                          save_interval=save_interval)
         self._memory_probe = memory_probe
+        self._own_probe = memory_probe is None  # ours follows the engine's worker across restarts
+        self._ctrl_c_at = -CTRL_C_AGAIN
+        self._ctrl_c_stopped: AnswerStream | None = None  # the answer a Ctrl+C stopped
         self.engine: Engine | None = None
         self.info: EngineInfo | None = None
         self.fatal_error: BaseException | None = None
@@ -169,7 +176,7 @@ class ChatApp(App[int]):
         self._prepared = True
         self.engine = self.chat.engine = message.engine
         self.info = self.chat.info = message.engine.info
-        if not self._memory_probe:
+        if self._own_probe:  # a restarted engine is a new worker process
             self._memory_probe = MemoryProbe(engine_pid(message.engine))
         self.conversation.model = self.conversation.model or self.info.model
         self._close_startup_screens()
@@ -218,10 +225,52 @@ class ChatApp(App[int]):
     def _sample_memory(self) -> None:
         if self._memory_probe is not None:
             self.chat.set_memory(self._memory_probe())
+        self._check_engine()
+
+    def _check_engine(self) -> None:
+        """A worker that died while the chat is idle (killed, out of memory) is said at once,
+        not at the next send. (Mid-answer, the answer's own error says it.)"""
+        engine = self.engine
+        if engine is None or self.stream is not None or self._starting:
+            return
+        if engine_alive(engine) is False:
+            self._engine_gone()
+            self.chat.notice("The engine stopped while the chat was idle: its worker process ended "
+                             "(killed, or out of memory).", RESTART_HINT)
+            self.chat.idle_status("No model")
 
     # -- actions ---------------------------------------------------------------------------
     def action_stop(self) -> None:
+        """Esc: closes the keys panel when it is open, else stops the answer."""
+        if self.screen.query("HelpPanel"):
+            self.action_hide_help_panel()
+            return
         self.chat.stop()
+
+    async def action_interrupt(self) -> None:
+        """Ctrl+C: copies a selection; else stops the answer, and the next Ctrl+C quits (on an
+        idle chat, a second Ctrl+C within a few seconds quits)."""
+        focused = self.focused
+        if getattr(focused, "selected_text", "") and hasattr(focused, "action_copy"):
+            focused.action_copy()
+            return
+        if self.screen.get_selected_text():
+            self.screen.action_copy_text()
+            return
+        if self._ctrl_c_stopped is not None and self._ctrl_c_stopped is self.chat.last_stream:
+            await self.action_quit()  # the answer a Ctrl+C stopped is still the last one
+            return
+        if self.stream is not None:
+            self._ctrl_c_stopped = self.stream
+            self.chat.stop()
+            self.notify("Stopping the answer (it is kept). Ctrl+C again or Ctrl+Q quits.")
+            return
+        now = time.monotonic()
+        if now - self._ctrl_c_at <= CTRL_C_AGAIN:
+            await self.action_quit()
+            return
+        self._ctrl_c_at = now
+        self.notify("Ctrl+C again (or Ctrl+Q) quits.")
 
     async def action_new_chat(self) -> None:
         await self.chat.new_chat()

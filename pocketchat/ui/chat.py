@@ -21,11 +21,13 @@ from textual.widget import AwaitMount
 
 from pocketchat import conversations
 from pocketchat.conversations import Conversation, save_problem
-from pocketchat.errors import EngineCrashed, HelperGone, PocketchatError
-from pocketchat.engines.types import ChatOptions, Engine, EngineInfo, Stats
+from pocketchat.errors import EngineCrashed, HelperGone
+from pocketchat.engines.types import ChatOptions, Engine, EngineInfo
 from pocketchat.ui import modelstate
 from pocketchat.ui.follow import Follower
+from pocketchat.ui.format import describe_error
 from pocketchat.ui.messages import EngineLost
+from pocketchat.ui.holding import Holding
 from pocketchat.ui.screens import ConversationsScreen, SystemPromptScreen
 from pocketchat.ui.streaming import AnswerStream, RenderPacer, StreamUpdate
 from pocketchat.ui.widgets import (
@@ -45,24 +47,6 @@ ENGINE_WAIT = 120.0  # the longest a new answer waits for a state save or load t
 SHOW_WAIT = 1.0  # the longest a new answer waits for the screen to show the message
 STATUS_INTERVAL = 0.5  # the status bar's figures change at most twice a second while streaming
 RESTART_HINT = "Ctrl+R restarts the engine (this conversation is kept); Ctrl+N starts a new chat."
-
-
-def saved_context(conversation: Conversation) -> int:
-    """Tokens of context the conversation filled at its last answer (0 when none is known)."""
-    for message in reversed(conversation.messages):
-        if message.role == "assistant" and message.stats:
-            try:
-                return max(int(message.stats.get("context_used") or 0), 0)
-            except (TypeError, ValueError):
-                return 0
-    return 0
-
-
-def describe_error(error: BaseException) -> tuple[str, str]:
-    """One line for the user and a hint; never a traceback."""
-    if isinstance(error, PocketchatError):
-        return error.message or type(error).__name__, error.hint
-    return f"{type(error).__name__}: {error}", ""
 
 
 class Chat(Vertical):
@@ -105,8 +89,7 @@ class Chat(Vertical):
         self._restored = threading.Event()  # no saved model state is being loaded
         self._restored.set()
         self._restore_task: asyncio.Task | None = None
-        self._hold: conversations.Hold | None = None  # this window's hold on the conversation
-        self._copied_note = ""  # said once shown: another window has the conversation
+        self.holding = Holding()  # one writer per conversation file
 
     def compose(self) -> ComposeResult:
         yield ChatLog(id="chat-log")
@@ -114,41 +97,18 @@ class Chat(Vertical):
         yield StatusBar(id="status")
 
     async def on_mount(self) -> None:
-        self.conversation = self._take(self.conversation)
-        await self.show_conversation(self.conversation)
-        self._say_copied()
+        await self._hold_and_show(self.conversation)
         self.query_one(PromptInput).focus()
 
     def on_unmount(self) -> None:
-        self.release()
+        self.holding.release()
 
-    def _take(self, conversation: Conversation) -> Conversation:
-        """Hold `conversation` for this window, or a copy of it when another pocketchat window
-        has it open: two windows writing one file would lose the turns of one of them."""
-        self.release()
-        got = conversations.hold(conversation)
-        if isinstance(got, conversations.Hold):
-            self._hold = got
-            return conversation
-        copy = conversation.copy()
-        held = conversations.hold(copy)
-        self._hold = held if isinstance(held, conversations.Hold) else None
-        where = f" (process {got})" if got else ""
-        self._copied_note = (f"This chat is open in another pocketchat window{where}. You are "
-                             f"in a copy of it, \u201c{copy.display_title}\u201d, saved as a chat of "
-                             "its own; the other window keeps the original.")
-        return copy
-
-    def _say_copied(self) -> None:
-        if self._copied_note:
-            self.notice(self._copied_note, kind="info")
-            self._copied_note = ""
-
-    def release(self) -> None:
-        """Let other windows open this window's conversation (leaving the chat, or another)."""
-        if self._hold is not None:
-            self._hold.release(forget=not self.conversation.path.exists())
-            self._hold = None
+    async def _hold_and_show(self, conversation: Conversation) -> None:
+        """Show `conversation`, or a copy when another window holds it (and say so)."""
+        self.conversation, note = self.holding.take(conversation)
+        await self.show_conversation(self.conversation)
+        if note:
+            self.notice(note, kind="info")
 
     @property
     def chat_log(self) -> ChatLog:
@@ -158,6 +118,8 @@ class Chat(Vertical):
     async def show_conversation(self, conversation: Conversation) -> None:
         log = self.chat_log
         await log.remove_children()
+        log.anchor(False)  # anchored, a chat shorter than the screen sits at its bottom:
+        log.scroll_target_y = log.scroll_y = 0  # the next one (the welcome) starts at the top
         widgets = []
         prompt = self.query_one(PromptInput)
         answers = [m for m in conversation.messages if m.role == "assistant"]
@@ -175,7 +137,7 @@ class Chat(Vertical):
                 view.set_figures(figures_line(message.stats), message.interrupted)
         log.scroll_end(animate=False)
         bar = self.query_one(StatusBar)  # the context the saved chat filled, not 0
-        bar.figures = dataclasses.replace(bar.figures, context_used=saved_context(conversation))
+        bar.figures = dataclasses.replace(bar.figures, context_used=conversation.context_used())
 
     def notice(self, text: str, hint: str = "", kind: str = "error") -> Notice:
         widget = Notice(text, hint, kind)
@@ -296,7 +258,7 @@ class Chat(Vertical):
         elif update.finish_reason == "error":
             self.notice(f"The model could not answer: {update.error or 'unknown error'}",
                         "Try again, or start a new chat with Ctrl+N.")
-        elif update.finish_reason == "length" and not self._at_token_cap(stats):
+        elif update.finish_reason == "length" and (stats is None or stats.stop_reason != "cap"):
             used = stats.context_used if stats else 0
             limit = (stats.context_limit if stats else 0) or (self.info.n_ctx if self.info else 0)
             self.notice(f"The context is full ({used}/{limit} tokens): the answer stopped there.",
@@ -306,12 +268,8 @@ class Chat(Vertical):
             self.notice(f"{n} earlier message{'' if n == 1 else 's'} no longer fit{'s' if n == 1 else ''} "
                         "the context and " + ("was" if n == 1 else "were") + " left out of what the model saw.",
                         kind="info")
-        if stream.conversation.forked_from and stream.conversation is self.conversation \
-                and (self._hold is None or self._hold.conversation_id != stream.conversation.id):
-            self._take(stream.conversation)  # save() found another writer: this side is a copy
-            self.notice("Another program wrote this chat while it was open here: this window's "
-                        f"turns are saved as a copy, \u201c{stream.conversation.display_title}\u201d; "
-                        "nothing was lost.", kind="warning")
+        if moved := self.holding.follow(stream.conversation):
+            self.notice(moved, kind="warning")
         if stream.save_error is not None:
             self.notice(f"Could not save the conversation: {stream.save_error}",
                         save_problem(stream.save_error, self.conversation.path.parent)
@@ -322,11 +280,6 @@ class Chat(Vertical):
             await mounted
         self.stream, self._answer = None, None  # last: a test (or a user) sees it all done
         self._stop_pump()
-
-    def _at_token_cap(self, stats: Stats | None) -> bool:
-        """Whether the answer stopped at the set number of tokens (--bench-tokens), not a full context."""
-        cap = self.base_options.max_tokens
-        return cap is not None and stats is not None and stats.generated_tokens >= cap
 
     def _answer_failed(self, error: BaseException) -> None:
         text, hint = describe_error(error)
@@ -394,10 +347,8 @@ class Chat(Vertical):
             self.stream.cancel()  # the thread saves the old conversation as far as it got
             self._stop_pump()
             self.stream, self._answer = None, None
-        self.conversation = conversation = self._take(conversation)
         self.query_one(StatusBar).figures = StatusFigures()
-        await self.show_conversation(conversation)
-        self._say_copied()
+        await self._hold_and_show(conversation)
         self.idle_status()
         self.query_one(PromptInput).focus()
         self.restore_state()
@@ -406,8 +357,7 @@ class Chat(Vertical):
         def apply(value: str | None) -> None:
             if value is None:
                 return
-            self.conversation.system = value or None
-            self.default_system = value or None
+            self.conversation.system = value or None  # this chat's: Ctrl+N starts without it
             if self.conversation.messages:
                 self.conversation.save()
             self.notify("System prompt set." if value else "System prompt cleared.")

@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+from pocketchat.errors import PocketchatError
+
+
+def describe_error(error: BaseException) -> tuple[str, str]:
+    """One line for the user and a hint; never a traceback."""
+    if isinstance(error, PocketchatError):
+        return error.message or type(error).__name__, error.hint
+    return f"{type(error).__name__}: {error}", ""
+
 
 def human_bytes(n: float | None, *, like: float | None = None) -> str:
     """'1.5 GB'; with `like`, in the unit `like` would get (so two figures on a line share one)."""

@@ -233,5 +233,6 @@ class ConversationsScreen(ModalScreen["Conversation | None"]):
 def conversation_line(c: Conversation) -> str:
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(c.updated or c.created))
     count = sum(1 for m in c.messages if m.role == "user")
-    mark = " (interrupted)" if any(m.interrupted for m in c.messages) else ""
+    answers = [m for m in c.messages if m.role == "assistant"]
+    mark = " (interrupted)" if answers and answers[-1].interrupted else ""  # only the last counts
     return f"{when}  {one_line(c.display_title)}  · {count} prompt{'s' if count != 1 else ''}{mark}"

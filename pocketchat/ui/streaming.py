@@ -244,4 +244,21 @@ def engine_pid(engine: object) -> int | None:
     return pid if isinstance(pid, int) and pid > 0 else None
 
 
+def engine_alive(engine: object) -> bool | None:
+    """Whether the engine's worker process still runs (None: no process to look at)."""
+    pid = engine_pid(engine)
+    if pid is None:
+        return None
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover - psutil is a dependency
+        return None
+    try:
+        return psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:
+        return None
+
+
 MemoryFn = Callable[[], "int | None"]

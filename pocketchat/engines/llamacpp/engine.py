@@ -6,9 +6,12 @@ holds (generated tokens as generated):
 - prompts are evaluated with `llama_decode` in batches of `n_batch`; an abort callback, set
   only while a prompt is evaluated, lets `cancel()` interrupt it inside llama.cpp (it costs
   nothing per generated token because it is removed before the first one);
-- tokens are sampled by a llama.cpp sampler chain built from the plan's sampling (penalties,
-  top-k, top-p, min-p, temperature, seeded; greedy at temperature 0) and turned into text
-  with an incremental UTF-8 decoder (a character split across tokens is never garbled);
+- tokens are sampled by a llama.cpp sampler chain built from the merged sampling settings
+  (penalties, top-k, top-p, min-p, temperature, seeded; greedy at temperature 0) and turned
+  into text with an incremental UTF-8 decoder (a character split across tokens is never
+  garbled); when the answer is constrained or asks for logprobs, the logits of the position
+  being sampled are read as a numpy view of `llama_get_logits_ith`'s buffer, and the control
+  (`constrain.control.TokenControl`) records them and masks them in place before the chain runs;
 - the state's cut/snapshot/restore operations are `state.LlamaState`'s;
 - the stats come from llama.cpp's own counters, reset at the start of each answer. The
   snapshot taken when the first token appears splits them: everything before it is prompt
@@ -22,19 +25,24 @@ from __future__ import annotations
 import codecs
 import ctypes
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+import numpy as np
+
 from pocketchat.errors import EngineError
 from pocketchat.modelfile import gguf as ggufcheck
-from pocketchat.engines.base import Cancelled, EngineBase, Step, Timing
+from pocketchat.engines.base import Cancelled, EngineBase, SamplingSettings, Step, Timing
+from pocketchat.engines.constrain.control import TokenControl
 from pocketchat.engines.llamacpp.load import ProgressFn, load_llama
 from pocketchat.engines.llamacpp.state import LlamaState
 from pocketchat.engines.prefix_cache import PrefixCache
 from pocketchat.engines.template import template_for
 from pocketchat.engines.thinking import CLOSE_TAG, OPEN_TAG
-from pocketchat.engines.types import ChatOptions, EngineInfo, Message
-from pocketchat.types import LoadPlan
+from pocketchat.engines.types import ChatOptions, EngineInfo
+
+PENALTY_LAST_N = 64  # tokens the repeat/presence/frequency penalties look back over
 
 
 def _counted(perf: Any) -> tuple[int, float]:
@@ -63,13 +71,9 @@ class LlamaCppEngine(EngineBase):
 
     label = "llama.cpp"
 
-    def __init__(self, plan: LoadPlan, path: Path, *, name: str | None = None,
-                 on_progress: ProgressFn | None = None) -> None:
-        path = Path(path)
-        if on_progress:
-            on_progress("checking", 0.0)
+    def _load(self, path: Path, name: str | None, on_progress: ProgressFn | None) -> EngineInfo:
+        plan = self.plan
         self.gguf = ggufcheck.check_gguf(path)
-        self.plan = plan
         loaded = load_llama(plan, path, self.gguf, on_progress=on_progress)
         self._llm = llm = loaded.llm
         self.overrides = loaded.overrides
@@ -77,6 +81,7 @@ class LlamaCppEngine(EngineBase):
         lib = self._lib = sys.modules["llama_cpp"]
         self._ctx = llm.ctx
         self._vocab = lib.llama_model_get_vocab(llm.model)
+        self._n_vocab = int(lib.llama_vocab_n_tokens(self._vocab))
         self._piece_buf = ctypes.create_string_buffer(256)
         eos, bos = llm.token_eos(), llm.token_bos()
         self.template, template_note = template_for(
@@ -85,6 +90,9 @@ class LlamaCppEngine(EngineBase):
             eos_token=self._token_text(eos) if eos >= 0 else "",
             bos_token=self._token_text(bos) if bos >= 0 else "",
         )
+        self.template_source = self.template.source if self.gguf.chat_template else ""
+        self.knows_thinking_switch = self.template.knows_thinking_switch
+        self.mentions_think = self.template.mentions_think
         self._specials = {t: t for t in (OPEN_TAG, CLOSE_TAG)}
         self.n_ctx = llm.n_ctx()
         self._n_batch = max(1, int(lib.llama_n_batch(self._ctx)))
@@ -92,22 +100,20 @@ class LlamaCppEngine(EngineBase):
         self.state = LlamaState(self._ctx, llm.model)
         self.cache = PrefixCache(self.state, max_count=plan.checkpoints)
         self._sampler: Any = None
+        self._control: TokenControl | None = None
         self._mark: tuple[int, float] | None = None
         self._last: int | None = None
-        self._init_harness()
         self._abort_cb = lib.ggml_abort_callback(lambda _data: self._cancel.is_set())
         self._no_abort = lib.ggml_abort_callback()
-        self.info = EngineInfo(
+        return EngineInfo(
             backend="llama.cpp",
             model=name or self.gguf.name or path.stem,
             placement=plan.describe(),
             n_ctx=self.n_ctx,
             path=str(path),
             notes=(template_note,) if template_note else (),
-            thinking=self.template.knows_thinking_switch or self.template.mentions_think,
+            thinking=self.thinks,
         )
-        if on_progress:
-            on_progress("ready", 1.0)
 
     def _is_special_token(self, text: str) -> bool:
         """Whether `text` is one special token of this model's vocabulary."""
@@ -149,9 +155,24 @@ class LlamaCppEngine(EngineBase):
 
     # -- prompt -----------------------------------------------------------------------------
 
-    def _render(self, messages: Sequence[Message], thinking: bool, *,
-                generation: bool = True) -> str:
-        return self.template.render(messages, thinking=thinking, generation=generation).text
+    def _apply_template(self, dicts: list[dict], *, generation: bool, **kwargs: Any) -> str:
+        return self.template.apply(dicts, generation=generation, **kwargs)
+
+    def _ll_tokenizer(self) -> Any:
+        if self._ll_tok is None:
+            import llguidance.llamacpp
+
+            lib, vocab = self._lib, self._vocab
+            ends = [t for t in (lib.llama_vocab_eos(vocab), lib.llama_vocab_eot(vocab))
+                    if t >= 0 and lib.llama_vocab_is_eog(vocab, t)]
+            with warnings.catch_warnings():  # it calls a deprecated binding once per token
+                warnings.simplefilter("ignore", DeprecationWarning)
+                self._ll_tok = llguidance.llamacpp.lltokenizer_from_vocab(
+                    vocab, eos_token=sorted(set(ends)) or None)
+        return self._ll_tok
+
+    def _token_bytes(self, token: int) -> bytes:
+        return self._piece(token) or self._token_text(token).encode()
 
     def _encode(self, text: str) -> list[int]:
         return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
@@ -192,24 +213,25 @@ class LlamaCppEngine(EngineBase):
         finally:
             lib.llama_set_abort_callback(self._ctx, self._no_abort, None)
 
-    def _begin(self, opts: ChatOptions) -> None:
-        lib, s = self._lib, self.plan.sampling
+    def _begin(self, sampling: SamplingSettings, control: TokenControl | None) -> None:
+        lib, s = self._lib, sampling
         lib.llama_synchronize(self._ctx)  # book earlier work before the counters restart
         lib.llama_perf_context_reset(self._ctx)
-        self._mark, self._last = None, None
+        self._mark, self._last, self._control = None, None, control
         self._free_sampler()
         chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
         add = lambda smpl: lib.llama_sampler_chain_add(chain, smpl)  # noqa: E731
-        add(lib.llama_sampler_init_penalties(self._llm.n_vocab(), 64, s.repeat_penalty, 0.0, 0.0))
-        temp = s.temperature if opts.temperature is None else opts.temperature
-        if temp <= 0:
+        if s.repeat_penalty != 1.0 or s.presence_penalty or s.frequency_penalty:
+            add(lib.llama_sampler_init_penalties(self._n_vocab, PENALTY_LAST_N, s.repeat_penalty,
+                                                 s.frequency_penalty, s.presence_penalty))
+        if s.greedy:
             add(lib.llama_sampler_init_greedy())
         else:
-            add(lib.llama_sampler_init_top_k(s.top_k if opts.top_k is None else opts.top_k))
-            add(lib.llama_sampler_init_top_p(s.top_p if opts.top_p is None else opts.top_p, 1))
+            add(lib.llama_sampler_init_top_k(s.top_k))
+            add(lib.llama_sampler_init_top_p(s.top_p, 1))
             add(lib.llama_sampler_init_min_p(s.min_p, 1))
-            add(lib.llama_sampler_init_temp(temp))
-            seed = opts.seed if opts.seed is not None else lib.LLAMA_DEFAULT_SEED
+            add(lib.llama_sampler_init_temp(s.temperature))
+            seed = s.seed if s.seed is not None else lib.LLAMA_DEFAULT_SEED
             add(lib.llama_sampler_init_dist(seed & 0xFFFFFFFF))
         self._sampler = chain
 
@@ -223,8 +245,16 @@ class LlamaCppEngine(EngineBase):
             lib.llama_set_abort_callback(ctx, self._no_abort, None)
         utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
         sampled = 0
+        control = self._control
         while True:
+            logprob = None
+            if control is not None:  # the last position's logits, in place (the buffer may move)
+                ptr = lib.llama_get_logits_ith(ctx, -1)
+                control.before(np.ctypeslib.as_array(ptr, shape=(self._n_vocab,)))
             tok = lib.llama_sampler_sample(self._sampler, ctx, -1)
+            if control is not None:
+                logprob = control.logprob(tok)
+                control.accept(tok)
             if self._mark is None:
                 self._mark = _counted(lib.llama_perf_context(ctx))
             sampled += 1
@@ -234,9 +264,9 @@ class LlamaCppEngine(EngineBase):
                 return
             text = utf8.decode(self._piece(tok))
             if sampled >= max_new or len(self.cache.tokens) >= self.n_ctx:
-                yield Step(text + utf8.decode(b"", final=True), "length")
+                yield Step(text + utf8.decode(b"", final=True), "length", logprob)
                 return
-            yield Step(text)
+            yield Step(text, None, logprob)
             self._last = None
             self._decode([tok], logits_last=True)
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from pocketchat.errors import BackendMissing, EngineError, ModelTooLarge
+from pocketchat.errors import BackendMissing, EngineError
 from pocketchat.engines.llamacpp import moe
 from pocketchat.modelfile.gguf import GGUFInfo
 from pocketchat.types import LoadPlan
@@ -194,19 +194,6 @@ def _rpc_devices(plan: LoadPlan) -> Any:
 
 
 def _load_error(path: Path, exc: Exception, reasons: list[str]) -> Exception:
-    why = "; ".join(reasons) or str(exc)
-    low = why.lower()
-    if "unknown model architecture" in low:
-        return EngineError(
-            f"this llama.cpp cannot run {path.name}: {why}",
-            hint="Update llama-cpp-python to a version that knows this architecture.",
-        )
-    if "failed to allocate" in low or "out of memory" in low or "unable to allocate" in low:
-        return ModelTooLarge(
-            f"not enough memory to load {path.name}: {why}",
-            hint="Pick a smaller build, a smaller --ctx, or close other programs.",
-        )
-    return EngineError(
-        f"llama.cpp could not load {path.name}: {why}",
-        hint="Run with POCKETCHAT_DEBUG=1 for llama.cpp's log; try another build if it persists.",
-    )
+    from pocketchat.engines.base import load_error
+
+    return load_error("llama.cpp", path.name, "; ".join(reasons) or str(exc), exc)

@@ -10,9 +10,11 @@ settling the answer for the next turn) is `base.EngineBase`'s; here:
 - the prompt comes from the model's own chat template through the tokenizer
   (`enable_thinking=False` when thinking is off);
 - the prefix cache's state is mlx-lm's per-layer cache (`cache.MlxState`);
-- `mlx_lm.stream_generate` processes the rest of the prompt and samples (`make_sampler` from
-  the plan's sampling, overridden by ChatOptions; ignore_eos masks the end-of-turn tokens'
-  logits); cancel() is seen between prompt batches (`plan.n_batch` tokens) and after every
+- `mlx_lm.stream_generate` processes the rest of the prompt and samples (`make_sampler` and
+  the penalty processors from the merged sampling settings; ignore_eos masks the end-of-turn
+  tokens' logits); a constrained answer, or one that asks for logprobs, adds a logits
+  processor that runs the shared `TokenControl` (mask and raw logprobs) on each position's
+  logits; cancel() is seen between prompt batches (`plan.n_batch` tokens) and after every
   token;
 - the stats are mlx-lm's own (`GenerationResponse`): prompt tokens and prompt tok/s, generated
    tokens and generation tok/s, peak memory. Seconds are derived from them (tokens / tok/s),
@@ -26,8 +28,18 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from pocketchat.errors import CorruptModel, EngineError, ModelTooLarge, PocketchatError
-from pocketchat.engines.base import Cancelled, EngineBase, Step, Timing
+import numpy as np
+
+from pocketchat.errors import EngineError, PocketchatError
+from pocketchat.engines.base import (
+    Cancelled,
+    EngineBase,
+    SamplingSettings,
+    Step,
+    Timing,
+    load_error,
+)
+from pocketchat.engines.constrain.control import TokenControl
 from pocketchat.engines.mlx.cache import MlxState
 from pocketchat.engines.mlx.model import (
     check_metal_budget,
@@ -36,27 +48,12 @@ from pocketchat.engines.mlx.model import (
     kv_cache_bytes,
 )
 from pocketchat.engines.prefix_cache import PrefixCache
-from pocketchat.engines.template import CHATML, EMPTY_THINK
-from pocketchat.engines.types import ChatOptions, EngineInfo, Message
-from pocketchat.types import LoadPlan
+from pocketchat.engines.template import CHATML
+from pocketchat.engines.types import ChatOptions, EngineInfo
 
 ProgressFn = Callable[[str, float], None]
 END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>")
 MIN_STEP, MAX_STEP = 32, 2048
-
-
-def _load_error(name: str, exc: BaseException) -> PocketchatError:
-    text = f"{type(exc).__name__}: {exc}"
-    low = str(exc).lower()
-    if isinstance(exc, MemoryError) or "out of memory" in low or "failed to allocate" in low:
-        return ModelTooLarge(f"not enough memory to load {name}: {text}",
-                             hint="Pick a smaller build, or close other programs.")
-    if "not supported" in low and "model type" in low:
-        return EngineError(f"this mlx-lm cannot run {name}: {exc}",
-                           hint="Update mlx-lm (pip install -U mlx-lm), or use a GGUF build.")
-    if "trust_remote_code" in low:
-        return EngineError(f"{name} needs custom model code, which pocketchat does not run: {exc}")
-    return CorruptModel(f"{name} is not a loadable MLX model: {text}")
 
 
 class MlxEngine(EngineBase):
@@ -67,15 +64,11 @@ class MlxEngine(EngineBase):
     label = "mlx"
     close_timeout = 2.0  # let an answer in another thread stop first
 
-    def __init__(self, plan: LoadPlan, path: Path, *, name: str | None = None,
-                 on_progress: ProgressFn | None = None) -> None:
-        path = Path(path)
-        if on_progress:
-            on_progress("checking", 0.0)
+    def _load(self, path: Path, name: str | None, on_progress: ProgressFn | None) -> EngineInfo:
+        plan = self.plan
         self.folder = check_mlx_folder(path)
         mx, mlx_lm = import_mlx()
         self._mx = mx
-        self.plan = plan
         self.device = mx.cpu if plan.placement == "cpu" else mx.default_device()
         metal = self.device == mx.gpu and mx.metal.is_available()
         n_ctx = plan.n_ctx
@@ -95,34 +88,34 @@ class MlxEngine(EngineBase):
         except PocketchatError:
             raise
         except Exception as exc:  # noqa: BLE001 - mlx-lm raises ValueError, RuntimeError, OSError...
-            raise _load_error(self.folder.name, exc) from exc
+            raise load_error("mlx", self.folder.name, f"{type(exc).__name__}: {exc}", exc) from exc
         self._stream = mx.new_thread_local_stream(self.device)
         self._add_end_of_turn_tokens()
         self._template_source = str(self._tok.chat_template or "")
         self._has_template = bool(getattr(self._tok, "has_chat_template", self._template_source))
         if not self._has_template:
             self._template_source = CHATML
-        self._knows_switch = "enable_thinking" in self._template_source
-        self._mentions_think = "<think>" in self._template_source
+        self.template_source = self._template_source if self._has_template else ""
+        self.knows_thinking_switch = "enable_thinking" in self._template_source
+        self.mentions_think = "<think>" in self._template_source
         self._bos = self._tok.bos_token
         self.state = MlxState(self._model)
         self.cache = PrefixCache(self.state, max_count=plan.checkpoints)
         self.state.length = lambda: len(self.cache.tokens)
         self._step = max(MIN_STEP, min(MAX_STEP, plan.n_batch))
-        self._init_harness()
         self._own = [0, 0.0]  # prompt tokens processed before stream_generate, and seconds
         self._seen = [0, 0.0]  # prompt tokens stream_generate reported done, when
         self._last: Any = None  # the latest GenerationResponse
-        self.info = EngineInfo(
+        self._sampling_now: SamplingSettings | None = None
+        self._control: TokenControl | None = None
+        return EngineInfo(
             backend="mlx",
             model=name or self.folder.name,
             placement="Metal GPU" if metal else ("GPU" if self.device == mx.gpu else "CPU"),
             n_ctx=self.n_ctx,
             path=str(path),
-            thinking=self._knows_switch or self._mentions_think,
+            thinking=self.thinks,
         )
-        if on_progress:
-            on_progress("ready", 1.0)
 
     def _add_end_of_turn_tokens(self) -> None:
         """Stop on the template's end-of-turn token even when the config names only <eos>."""
@@ -143,25 +136,26 @@ class MlxEngine(EngineBase):
 
     # -- prompt -----------------------------------------------------------------------------
 
-    def _render(self, messages: Sequence[Message], thinking: bool, *,
-                generation: bool = True) -> str:
-        dicts = [{"role": m.role, "content": m.content} for m in messages]
-        kwargs: dict[str, Any] = {"enable_thinking": thinking}
+    def _apply_template(self, dicts: list[dict], *, generation: bool, **kwargs: Any) -> str:
         if not self._has_template:
             kwargs["chat_template"] = CHATML
         try:
-            text = self._tok.apply_chat_template(dicts, tokenize=False,
+            return self._tok.apply_chat_template(dicts, tokenize=False,
                                                  add_generation_prompt=generation, **kwargs)
         except Exception as exc:  # noqa: BLE001 - jinja errors, the template's raise_exception
             raise EngineError(f"the chat template rejected the conversation: {exc}",
                               hint="Start a new conversation; if it happens again, report it.") from exc
-        if generation and not thinking and self._mentions_think and not self._knows_switch:
-            tail = text.rstrip()
-            if tail.endswith("<think>"):
-                text = tail + "\n\n</think>\n\n"
-            elif not tail.endswith("</think>"):
-                text += EMPTY_THINK
-        return text
+
+    def _ll_tokenizer(self) -> Any:
+        if self._ll_tok is None:
+            import llguidance.hf
+
+            self._ll_tok = llguidance.hf.from_tokenizer(  # logits past its vocabulary are masked
+                self._tok._tokenizer, eos_token=sorted(self._tok.eos_token_ids))
+        return self._ll_tok
+
+    def _token_bytes(self, token: int) -> bytes:
+        return self._ll_tokenizer().decode_bytes([token])
 
     def _encode(self, text: str) -> list[int]:
         add_special = self._bos is None or not text.startswith(self._bos)
@@ -172,16 +166,34 @@ class MlxEngine(EngineBase):
     def _sampling(self, opts: ChatOptions) -> tuple[Any, list[Any]]:
         from mlx_lm.sample_utils import make_logits_processors, make_sampler
 
-        s = self.plan.sampling
-        sampler = make_sampler(
-            temp=s.temperature if opts.temperature is None else opts.temperature,
-            top_p=s.top_p if opts.top_p is None else opts.top_p,
-            min_p=s.min_p,
-            top_k=s.top_k if opts.top_k is None else opts.top_k,
-        )
+        s = self._sampling_now
+        assert s is not None
+        sampler = make_sampler(temp=s.temperature, top_p=s.top_p, min_p=s.min_p, top_k=s.top_k)
         bias = {t: float("-inf") for t in self._tok.eos_token_ids} if opts.ignore_eos else None
-        penalty = s.repeat_penalty if s.repeat_penalty and s.repeat_penalty != 1.0 else None
-        return sampler, make_logits_processors(logit_bias=bias, repetition_penalty=penalty)
+        processors = make_logits_processors(
+            logit_bias=bias,
+            repetition_penalty=s.repeat_penalty if s.repeat_penalty != 1.0 else None,
+            presence_penalty=s.presence_penalty or None,
+            frequency_penalty=s.frequency_penalty or None)
+        if self._control is not None:
+            processors.insert(0, self._controller(self._control))
+        return sampler, processors
+
+    def _controller(self, control: TokenControl) -> Any:
+        """A logits processor running `control`: mlx-lm calls it for each position before
+        sampling; from the second call on, the last token in `tokens` is the one just sampled."""
+        mx = self._mx
+        calls = [0]
+
+        def process(tokens: Any, logits: Any) -> Any:
+            if calls[0]:
+                control.accept(int(tokens[-1].item()))
+            calls[0] += 1
+            row = np.array(logits[0].astype(mx.float32))
+            control.before(row)
+            return mx.array(row)[None].astype(logits.dtype)
+
+        return process
 
     def _save_file(self, path: Path, limit: int) -> int:
         import json
@@ -215,9 +227,10 @@ class MlxEngine(EngineBase):
         self.state.layers = layers
         return [int(t) for t in tokens]
 
-    def _begin(self, opts: ChatOptions) -> None:
-        if opts.seed is not None:
-            self._mx.random.seed(opts.seed)
+    def _begin(self, sampling: SamplingSettings, control: TokenControl | None) -> None:
+        if sampling.seed is not None:
+            self._mx.random.seed(sampling.seed)
+        self._sampling_now, self._control = sampling, control
         self._own, self._seen, self._last = [0, 0.0], [0, 0.0], None
 
     def _evaluate(self, tokens: list[int]) -> None:
@@ -263,7 +276,8 @@ class MlxEngine(EngineBase):
                     cache.tokens[base:] = tokens
                 self._last = resp
                 cache.tokens.append(resp.token)  # mlx-lm has fed every token it returns
-                yield Step(resp.text, resp.finish_reason)
+                logprob = self._control.logprob(resp.token) if self._control else None
+                yield Step(resp.text, resp.finish_reason, logprob)
                 if resp.finish_reason is not None:
                     return
         finally:

@@ -60,9 +60,8 @@ def test_model_of_a_saved_chat(tmp_path):
 
 
 def test_a_chat_remembers_the_file_it_ran_from():
-    from scripted_engine import Factory, ScriptedEngine
-    from uitools import SIZE, answered, ready, run, send
-
+    from support.scripted_engine import Factory, ScriptedEngine
+    from support.uitools import SIZE, answered, ready, run, send
     from pocketchat import conversations
     from pocketchat.engines.types import EngineInfo
     from pocketchat.ui.app import create_app

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from test_tmux_e2e import Tmux
+from support import terminal
+from support.terminal import Tmux
 
 from pocketchat.paths import settings
 
@@ -26,28 +27,6 @@ pytestmark = [
 
 REPO = Path(__file__).resolve().parents[1]
 EVIL = "\x1b]0;HACKED-TITLE\x07\x1b[2J\x1b[H"
-
-
-def _command(tmp_path: Path, args: str, extra_env: dict[str, str] | None = None) -> tuple[str, Path]:
-    exit_file = tmp_path / "exit-code"
-    env = {var: os.environ[var] for var in ("POCKETCHAT_DATA_DIR", "POCKETCHAT_CACHE_DIR", "HF_HOME",
-                                            "HF_HUB_CACHE", "HF_ENDPOINT", "PATH", "HOME")
-           if var in os.environ}
-    env.update(HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO), TERM="xterm-256color")
-    env.update(extra_env or {})
-    exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-    pid_file = tmp_path / "pid"
-    command = (f"cd {shlex.quote(str(REPO))} && env -i {exports} sh -c 'echo $$ > {pid_file}; exec "
-               f"{shlex.quote(sys.executable)} -m pocketchat {args}'; "
-               f"echo $? > {shlex.quote(str(exit_file))}; sleep 60")
-    return command, exit_file
-
-
-def _wait_file(path: Path, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not path.exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return path.exists()
 
 
 def _saved_chat(content: str, *, model: str = "") -> Path:
@@ -62,32 +41,14 @@ def _saved_chat(content: str, *, model: str = "") -> Path:
     return path
 
 
-def _ready(s: str) -> bool:
-    return "ctx " in s and "Ready" in s
-
-
-@contextmanager
-def _starter_chat(tmp_path: Path) -> Iterator[tuple[Tmux, Path]]:
-    """The chat on the starter model in a tmux pane, loaded; (tmux, the exit-code file)."""
-    pytest.importorskip("llama_cpp")
-    command, exit_file = _command(tmp_path, "--model starter --no-think")
-    tmux = Tmux()
-    try:
-        tmux("new-session", "-d", "-s", "e2e", "-x", "110", "-y", "34", command)
-        tmux.wait_for(_ready, 90, "the starter model to load")
-        yield tmux, exit_file
-    finally:
-        tmux.kill()
-
-
 def test_continue_with_escapes_in_the_saved_chat_shows_them_harmlessly(tmp_path):
     pytest.importorskip("llama_cpp")
     _saved_chat(f"BEFORE-MARK {EVIL} AFTER-MARK")
-    command, exit_file = _command(tmp_path, "--model starter --continue --no-think")
+    command, exit_file = terminal.command(tmp_path, "--model starter --continue --no-think")
     tmux = Tmux()
     try:
         tmux("new-session", "-d", "-s", "e2e", "-x", "110", "-y", "34", command)
-        screen = tmux.wait_for(_ready, 90, "the starter model to load")
+        screen = tmux.wait_for(terminal.ready, 90, "the starter model to load")
         time.sleep(0.5)
         screen = tmux.screen()
         title = tmux("display-message", "-p", "-t", "e2e", "#{pane_title}").strip()
@@ -95,7 +56,7 @@ def test_continue_with_escapes_in_the_saved_chat_shows_them_harmlessly(tmp_path)
         assert "hello there" in screen and "BEFORE-MARK" in screen and "AFTER-MARK" in screen, screen
         assert "␛" in screen
         tmux("send-keys", "-t", "e2e", "C-q")
-        assert _wait_file(exit_file, 30), tmux.screen()
+        assert terminal.wait_file(exit_file, 30), tmux.screen()
     finally:
         tmux.kill()
 
@@ -116,7 +77,7 @@ def test_history_show_prints_escapes_visibly(tmp_path):
 
 
 def test_a_paste_with_control_characters_keeps_its_order_and_saves_no_raw_escape(tmp_path):
-    with _starter_chat(tmp_path) as (tmux, exit_file):
+    with terminal.starter_chat(tmp_path) as (tmux, exit_file):
         tmux("set-buffer", "-b", "evil", "abc \x1b[2J def ghi")
         tmux("paste-buffer", "-p", "-b", "evil", "-t", "e2e")  # bracketed, as a terminal pastes
         screen = tmux.wait_for(lambda s: "ghi" in s, 10, "the paste")
@@ -126,7 +87,7 @@ def test_a_paste_with_control_characters_keeps_its_order_and_saves_no_raw_escape
         tmux("send-keys", "-t", "e2e", "Escape")
         time.sleep(1.0)
         tmux("send-keys", "-t", "e2e", "C-q")
-        assert _wait_file(exit_file, 30), tmux.screen()
+        assert terminal.wait_file(exit_file, 30), tmux.screen()
         saved = list(settings().conversations_dir.glob("*.json"))
         assert len(saved) == 1
         chat = json.loads(saved[0].read_text())
@@ -137,15 +98,15 @@ def test_a_paste_with_control_characters_keeps_its_order_and_saves_no_raw_escape
 def test_continue_without_model_reopens_the_model_the_chat_was_held_with(tmp_path):
     pytest.importorskip("llama_cpp")
     _saved_chat("An earlier answer.", model="SmolLM2-135M-Instruct (starter)")
-    command, exit_file = _command(tmp_path, "--continue --no-think", {"HF_HUB_OFFLINE": "0"})
+    command, exit_file = terminal.command(tmp_path, "--continue --no-think", {"HF_HUB_OFFLINE": "0"})
     tmux = Tmux()
     try:
         tmux("new-session", "-d", "-s", "e2e", "-x", "110", "-y", "34", command)
-        screen = tmux.wait_for(lambda s: _ready(s) or "instead?" in s, 90, "the model or a question")
+        screen = tmux.wait_for(lambda s: terminal.ready(s) or "instead?" in s, 90, "the model or a question")
         assert "instead?" not in screen and "SmolLM2-135M-Instruct (starter)" in screen, screen
         assert "An earlier answer." in screen
         tmux("send-keys", "-t", "e2e", "C-q")
-        assert _wait_file(exit_file, 30), tmux.screen()
+        assert terminal.wait_file(exit_file, 30), tmux.screen()
     finally:
         tmux.kill()
 
@@ -156,23 +117,23 @@ def _pid(tmp_path: Path) -> int:
 
 def test_sigterm_mid_answer_saves_restores_the_terminal_and_exits(tmp_path):
     pytest.importorskip("llama_cpp")
-    command, exit_file = _command(tmp_path, "--model starter --no-think")
+    command, exit_file = terminal.command(tmp_path, "--model starter --no-think")
     stty = tmp_path / "stty.txt"
     command = command.replace("; sleep 60", f"; stty -a > {stty}; sleep 60")
     tmux = Tmux()
     try:
         tmux("new-session", "-d", "-s", "e2e", "-x", "110", "-y", "34", command)
-        tmux.wait_for(_ready, 90, "the starter model to load")
+        tmux.wait_for(terminal.ready, 90, "the starter model to load")
         tmux("send-keys", "-t", "e2e", "-l", "Write a very long story about a dragon, in many paragraphs.")
         tmux("send-keys", "-t", "e2e", "Enter")
         tmux.wait_for(lambda s: "Answering" in s, 60, "the answer to stream")
         os.kill(_pid(tmp_path), signal.SIGTERM)
-        assert _wait_file(exit_file, 30), tmux.screen()
+        assert terminal.wait_file(exit_file, 30), tmux.screen()
         assert exit_file.read_text().strip() == "143"
         screen = tmux.screen()
         assert "Terminated" not in screen and "Traceback" not in screen
         assert tmux("display-message", "-p", "-t", "e2e", "#{alternate_on}").strip() == "0"
-        assert _wait_file(stty, 10)
+        assert terminal.wait_file(stty, 10)
         modes = stty.read_text().split()
         assert "icanon" in modes and "echo" in modes  # the terminal is back in cooked mode
         saved = list(settings().conversations_dir.glob("*.json"))
@@ -186,16 +147,15 @@ def test_sigterm_mid_answer_saves_restores_the_terminal_and_exits(tmp_path):
 
 def test_a_read_only_conversation_folder_is_reported_and_quitting_reminds(tmp_path):
     pytest.importorskip("llama_cpp")
-    from readonly import read_only
-
+    from support.readonly import read_only
     folder = settings().conversations_dir
-    command, exit_file = _command(tmp_path, "--model starter --no-think")
+    command, exit_file = terminal.command(tmp_path, "--model starter --no-think")
     command = command.replace("; sleep 60", "; sleep 60")
     tmux = Tmux()
     with read_only(folder):
         try:
             tmux("new-session", "-d", "-s", "e2e", "-x", "110", "-y", "40", command)
-            tmux.wait_for(_ready, 90, "the starter model to load")
+            tmux.wait_for(terminal.ready, 90, "the starter model to load")
             tmux("send-keys", "-t", "e2e", "-l", "Say hi.")
             tmux("send-keys", "-t", "e2e", "Enter")
             screen = tmux.wait_for(lambda s: "Could not save" in s, 90, "the save warning")
@@ -203,7 +163,7 @@ def test_a_read_only_conversation_folder_is_reported_and_quitting_reminds(tmp_pa
             assert "cannot be written to" in flat and "Free some disk space" not in flat
             tmux.wait_for(lambda s: "Ready" in s or "Stopped" in s, 60, "the answer to end")
             tmux("send-keys", "-t", "e2e", "C-q")
-            assert _wait_file(exit_file, 30), tmux.screen()
+            assert terminal.wait_file(exit_file, 30), tmux.screen()
             after = " ".join(tmux.screen().split())
             assert "note: this chat was not saved" in after and "cannot be written to" in after, after
         finally:
@@ -216,12 +176,12 @@ def test_closing_the_terminal_mid_answer_ends_the_process_and_keeps_the_chat(tmp
     pytest.importorskip("llama_cpp")
     import psutil
 
-    command, _ = _command(tmp_path, "--model starter --no-think")
+    command, _ = terminal.command(tmp_path, "--model starter --no-think")
     command = command.replace("; exec ", "; ")  # run by a shell, as a terminal's shell runs it
     tmux = Tmux()
     try:
         tmux("new-session", "-d", "-s", "e2e", "-x", "110", "-y", "34", command)
-        tmux.wait_for(_ready, 90, "the starter model to load")
+        tmux.wait_for(terminal.ready, 90, "the starter model to load")
         shell = psutil.Process(_pid(tmp_path))
         pid = next(p.pid for p in shell.children() if "pocketchat" in " ".join(p.cmdline()))
         tmux("send-keys", "-t", "e2e", "-l", "Write a very long story about a dragon, in many paragraphs.")
@@ -266,8 +226,8 @@ def _wakeups(pid: int) -> int:
 def test_an_idle_chat_sleeps_yet_a_lone_esc_and_ctrl_q_act_at_once(tmp_path):
     """Each wake-up takes a core from the model for a moment (and a laptop's battery): the
     terminal reader waits for input instead of looking ten times a second."""
-    with _starter_chat(tmp_path) as (tmux, exit_file):
-        assert _wait_file(tmp_path / "pid", 10)
+    with terminal.starter_chat(tmp_path) as (tmux, exit_file):
+        assert terminal.wait_file(tmp_path / "pid", 10)
         pid = int((tmp_path / "pid").read_text())
         time.sleep(1.0)
         before = _wakeups(pid)
@@ -278,7 +238,7 @@ def test_an_idle_chat_sleeps_yet_a_lone_esc_and_ctrl_q_act_at_once(tmp_path):
         tmux("send-keys", "-t", "e2e", "C-p")
         tmux.wait_for(lambda s: "Search for commands" in s, 10, "the command palette")
         tmux("send-keys", "-t", "e2e", "Escape")  # a lone Esc: told from a key's sequence by time
-        tmux.wait_for(lambda s: "Search for commands" not in s and _ready(s), 3, "Esc to close it")
+        tmux.wait_for(lambda s: "Search for commands" not in s and terminal.ready(s), 3, "Esc to close it")
         tmux("send-keys", "-t", "e2e", "C-q")
-        assert _wait_file(exit_file, 10), tmux.screen()
+        assert terminal.wait_file(exit_file, 10), tmux.screen()
         assert exit_file.read_text().strip() == "0"

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import threading
 
-from scripted_engine import ScriptedEngine
-from uitools import SIZE, ready, run, wait_for
-
+from support.scripted_engine import ScriptedEngine
+from support.uitools import SIZE, ready, run, wait_for
 from pocketchat.ui.app import create_app
 from pocketchat.ui.screens import LoadingScreen
 from pocketchat.ui.widgets import PromptInput
+import pytest
+
+pytestmark = pytest.mark.slow  # real models or processes: the second CI lane
 
 
 def test_text_typed_while_the_model_loads_is_kept_at_start_and_after_restart():
@@ -51,7 +53,7 @@ def _commands(app) -> dict[str, object]:
 
 
 def test_thinking_on_off_is_offered_only_for_a_model_that_thinks():
-    from scripted_engine import Factory
+    from support.scripted_engine import Factory
     from pocketchat.engines.types import EngineInfo
 
     for thinks, offered in ((False, False), (True, True), (None, True)):
@@ -68,9 +70,8 @@ def test_thinking_on_off_is_offered_only_for_a_model_that_thinks():
 
 
 def test_a_reopened_chat_shows_the_context_it_filled():
-    from scripted_engine import Factory
-    from uitools import status_text
-
+    from support.scripted_engine import Factory
+    from support.uitools import status_text
     from pocketchat.conversations import Conversation
 
     saved = Conversation()
@@ -92,9 +93,8 @@ def test_a_reopened_chat_shows_the_context_it_filled():
 
 
 def test_ctrl_r_mid_answer_stops_it_says_so_and_restarts():
-    from scripted_engine import Factory, Reply
-    from uitools import answered, send
-
+    from support.scripted_engine import Factory, Reply
+    from support.uitools import answered, send
     from pocketchat import conversations
 
     first = ScriptedEngine([Reply("one two three four five six", hold_after=2)])
@@ -119,8 +119,7 @@ def test_ctrl_r_mid_answer_stops_it_says_so_and_restarts():
 
 
 def test_the_palettes_screenshot_is_saved_and_says_where():
-    from scripted_engine import Factory
-
+    from support.scripted_engine import Factory
     from pocketchat.paths import settings
 
     async def scenario():

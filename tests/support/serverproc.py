@@ -11,9 +11,11 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, Iterator
 
-REPO = Path(__file__).resolve().parents[1]
+from support import REPO
 
 
 class ServerProcess:
@@ -94,3 +96,21 @@ class ServerProcess:
                 self.proc.kill()
                 self.proc.wait(5)
         self._log.close()
+
+    def openai(self, api_key: str = "unused", timeout: float = 300, **kw: Any) -> Any:
+        """The real `openai` client pointed at this server (no retries: a failure shows)."""
+        import openai
+
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=api_key, max_retries=0,
+                             timeout=timeout, **kw)
+
+
+@contextmanager
+def running(args: list[str], home: Path, **kw: Any) -> Iterator[ServerProcess]:
+    """`pocketchat serve ARGS` started, ready, and stopped after the block."""
+    srv = ServerProcess(args, home, **kw)
+    try:
+        srv.wait_ready()
+        yield srv
+    finally:
+        srv.stop()

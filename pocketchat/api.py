@@ -1,0 +1,252 @@
+"""The Python API: the model this machine should run, loaded and answering, from a Python app.
+
+    import pocketchat
+
+    with pocketchat.load() as session:          # the build `pocketchat --recommend` picks
+        reply = session.chat([{"role": "user", "content": "Hello!"}])
+        print(reply.text)
+
+It takes the CLI's path: `choose` (the same choice, download step and load plan as the chat
+and `pocketchat serve`: the recommendation, or `model=`), then `open_session` (the engine in
+its worker process). `pocketchat serve` and one-shot mode are built on these two.
+`Session.chat` takes OpenAI-style messages (dicts, validated as the server validates them)
+or `Message`s, and the request fields the server passes on: `tools`, `tool_choice`,
+`response_format`, logprobs, sampling. It streams typed `Chunk`s (`stream=True`) or returns a
+`ChatResult`. A failed answer raises its `PocketchatError`; one answer at a time per session.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Mapping, Sequence, overload
+
+from pocketchat.engines.types import (ChatOptions, Chunk, Engine, EngineInfo, FinishReason,
+                                      Message, Stats, TokenLogprob, ToolCall)
+from pocketchat.errors import EngineError, PocketchatError
+
+if TYPE_CHECKING:
+    from pocketchat.commands.common import ModelChoice
+    from pocketchat.commands.selection import Selection
+    from pocketchat.store.types import DownloadPlan, DownloadProgress
+    from pocketchat.types import Backend, LoadPlan
+
+MessageLike = Mapping[str, Any] | Message
+
+__all__ = ["ChatResult", "Session", "choose", "load", "open_session"]
+
+
+@dataclass(frozen=True)
+class ChatResult:
+    """A whole answer: its text, thinking, tool calls, why it stopped, and its figures."""
+
+    text: str
+    thinking: str
+    tool_calls: tuple[ToolCall, ...]
+    finish_reason: FinishReason
+    stats: Stats
+    logprobs: tuple[TokenLogprob, ...] = ()
+
+    def json(self) -> Any:
+        """The text parsed as JSON (an answer asked for with `response_format`)."""
+        return json.loads(self.text)
+
+
+def choose(selection: "Selection", *, confirm: Callable[["DownloadPlan"], bool] | None = None,
+           progress: Callable[["DownloadProgress"], None] | None = None) -> "ModelChoice":
+    """The model a selection names (or the recommended build), on disk, with its load plan.
+
+    Downloads what is missing (asking `confirm` first when given); OfflineError when it is
+    not on disk and the Hub cannot be reached or `selection.offline` is set.
+    """
+    from pocketchat.commands.common import choose_model
+
+    return choose_model(selection, confirm=confirm, progress=progress)
+
+
+def open_session(choice: "ModelChoice", *, in_process: bool = False,
+                 chunk_interval: float | None = None) -> "Session":
+    """Load the chosen model (in a worker process unless `in_process`); blocks until ready."""
+    from pocketchat.engines import open_engine
+
+    engine = open_engine(choice.plan, choice.path, name=choice.label, in_process=in_process,
+                         chunk_interval=chunk_interval)
+    return Session(engine, choice)
+
+
+def load(model: str | None = None, *, ctx: int | None = None, backend: "Backend | None" = None,
+         offline: bool = False, threads: int | None = None, lang: str = "en",
+         confirm: Callable[["DownloadPlan"], bool] | None = None,
+         progress: Callable[["DownloadProgress"], None] | None = None,
+         in_process: bool = False) -> "Session":
+    """The model this machine should run (the plan `pocketchat --recommend` shows), loaded.
+
+    `model`: a build id, REPO:QUANT, REPO/FILE, a local .gguf or MLX folder, or "starter" (the
+    small model that ships with pocketchat); None: the recommendation. `ctx`, `backend`,
+    `threads`, `lang` fix what the plan would otherwise choose. A missing model is downloaded
+    (`confirm(plan)` may refuse; `progress` sees it) unless `offline`.
+    """
+    from pocketchat.commands.selection import Selection
+
+    selection = Selection(model=model, ctx=ctx, backend=backend, offline=offline,
+                          threads=threads, lang=lang, yes=True).checked()
+    return open_session(choose(selection, confirm=confirm, progress=progress), in_process=in_process)
+
+
+class Session:
+    """A loaded model answering conversations; close it (or use `with`) to free its memory."""
+
+    def __init__(self, engine: Engine, choice: "ModelChoice | None" = None) -> None:
+        self.engine = engine
+        self.choice = choice
+        self._busy = threading.Lock()
+        self._closed = False
+
+    @property
+    def info(self) -> EngineInfo:
+        """What is running: backend, model, placement, context size, notes."""
+        return self.engine.info
+
+    @property
+    def name(self) -> str:
+        """The model's name as the chat shows it."""
+        return self.choice.label if self.choice is not None else self.engine.info.model
+
+    @property
+    def plan(self) -> "LoadPlan | None":
+        return self.choice.plan if self.choice is not None else None
+
+    @property
+    def path(self) -> Path | None:
+        return self.choice.path if self.choice is not None else None
+
+    @overload
+    def chat(self, messages: Sequence[MessageLike], *, stream: Literal[False] = False,
+             tools: Sequence[Mapping[str, Any]] | None = None,
+             tool_choice: str | Mapping[str, Any] | None = None,
+             parallel_tool_calls: bool | None = None,
+             response_format: Mapping[str, Any] | None = None, thinking: bool | None = None,
+             max_tokens: int | None = None, temperature: float | None = None,
+             top_p: float | None = None, seed: int | None = None, logprobs: int | None = None,
+             options: ChatOptions | None = None) -> ChatResult: ...
+
+    @overload
+    def chat(self, messages: Sequence[MessageLike], *, stream: Literal[True],
+             tools: Sequence[Mapping[str, Any]] | None = None,
+             tool_choice: str | Mapping[str, Any] | None = None,
+             parallel_tool_calls: bool | None = None,
+             response_format: Mapping[str, Any] | None = None, thinking: bool | None = None,
+             max_tokens: int | None = None, temperature: float | None = None,
+             top_p: float | None = None, seed: int | None = None, logprobs: int | None = None,
+             options: ChatOptions | None = None) -> Iterator[Chunk]: ...
+
+    def chat(self, messages: Sequence[MessageLike], *, stream: bool = False,
+             tools: Sequence[Mapping[str, Any]] | None = None,
+             tool_choice: str | Mapping[str, Any] | None = None,
+             parallel_tool_calls: bool | None = None,
+             response_format: Mapping[str, Any] | None = None, thinking: bool | None = None,
+             max_tokens: int | None = None, temperature: float | None = None,
+             top_p: float | None = None, seed: int | None = None, logprobs: int | None = None,
+             options: ChatOptions | None = None) -> ChatResult | Iterator[Chunk]:
+        """Answer the conversation: a `ChatResult`, or the typed chunks as they come (`stream`).
+
+        `messages`: OpenAI-style dicts (assistant `tool_calls` and `reasoning_content`, `tool`
+        results; a trailing assistant message is continued) or `Message`s. `tools`,
+        `tool_choice`, `response_format` as in OpenAI's API; `logprobs=N` gives each token's
+        logprob and N alternatives. `options` sets anything else (min_p, penalties, ...); the
+        keywords given override it. Invalid input raises ApiError (a ValueError) naming it.
+        """
+        conversation = self.conversation(messages)
+        opts = self.options(options, tools=tools, tool_choice=tool_choice,
+                            parallel_tool_calls=parallel_tool_calls,
+                            response_format=response_format, thinking=thinking,
+                            max_tokens=max_tokens, temperature=temperature, top_p=top_p,
+                            seed=seed, logprobs=logprobs)
+        chunks = self._answer(conversation, opts)
+        return chunks if stream else _gather(chunks)
+
+    @staticmethod
+    def conversation(messages: Sequence[MessageLike]) -> tuple[Message, ...]:
+        """Messages as the engine takes them (dicts validated as the server does)."""
+        from pocketchat.server.protocol import parse_messages
+
+        return parse_messages(list(messages))
+
+    @staticmethod
+    def options(base: ChatOptions | None = None, **given: Any) -> ChatOptions:
+        """`base` (or the defaults) with the keywords that are not None, validated."""
+        from pocketchat.server.protocol import parse_response_format, parse_tool_choice, parse_tools
+
+        opts = base or ChatOptions()
+        changes = {k: v for k, v in given.items() if v is not None}
+        if "tools" in changes:
+            changes["tools"] = parse_tools([dict(t) for t in changes["tools"]])
+        tools = changes.get("tools", opts.tools)
+        if "tool_choice" in changes:
+            choice = changes["tool_choice"]
+            changes["tool_choice"] = parse_tool_choice(choice if isinstance(choice, str) else dict(choice),
+                                                       tools)
+        if "response_format" in changes:
+            changes["response_format"] = parse_response_format(dict(changes["response_format"]))
+        return replace(opts, **changes)
+
+    def _answer(self, messages: tuple[Message, ...], options: ChatOptions) -> Iterator[Chunk]:
+        if self._closed:
+            raise EngineError("this session is closed", hint="Load the model again with pocketchat.load().")
+        return self._stream(messages, options)
+
+    def _stream(self, messages: tuple[Message, ...], options: ChatOptions) -> Iterator[Chunk]:
+        if not self._busy.acquire(blocking=False):
+            raise EngineError("this session is answering already (one answer at a time)",
+                              hint="Read the other answer to its end, or close its iterator, first.")
+        finished = False
+        inner = self.engine.chat(messages, options)
+        try:
+            for chunk in inner:
+                if chunk.finish_reason == "error":
+                    finished = True
+                    raise chunk.failure or EngineError(f"the answer failed: {chunk.error or 'unknown error'}")
+                finished = chunk.finish_reason is not None
+                yield chunk
+        finally:
+            if not finished:  # the caller stopped reading: stop the engine's answer too
+                self.engine.cancel()
+                close = getattr(inner, "close", None)
+                if close is not None:
+                    close()
+            self._busy.release()
+
+    def cancel(self) -> None:
+        """Stop the answer in flight (safe from another thread); it ends with 'cancelled'."""
+        self.engine.cancel()
+
+    def close(self) -> None:
+        """Free the model's memory; the session cannot answer after."""
+        if not self._closed:
+            self._closed = True
+            self.engine.close()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _gather(chunks: Iterator[Chunk]) -> ChatResult:
+    text: list[str] = []
+    thinking: list[str] = []
+    calls: list[ToolCall] = []
+    lps: list[TokenLogprob] = []
+    last = Chunk()
+    for last in chunks:
+        text.append(last.text)
+        thinking.append(last.thinking)
+        calls.extend(last.tool_calls)
+        lps.extend(last.logprobs)
+    if last.finish_reason is None:
+        raise PocketchatError("the answer ended without a finish reason")
+    return ChatResult(text="".join(text), thinking="".join(thinking), tool_calls=tuple(calls),
+                      finish_reason=last.finish_reason, stats=last.stats, logprobs=tuple(lps))

@@ -1,0 +1,88 @@
+"""The real CLI in a real terminal: a private tmux server, the command line that starts
+pocketchat in a pane with this test's environment, and the starter chat loaded in one."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from support import REPO
+
+
+class Tmux:
+    """One tmux server on a private socket, so the test never touches the user's sessions."""
+
+    def __init__(self) -> None:
+        self.socket = f"pocketchat-test-{uuid.uuid4().hex[:8]}"
+
+    def __call__(self, *args: str, check: bool = True) -> str:
+        done = subprocess.run(["tmux", "-L", self.socket, "-f", "/dev/null", *args],
+                              capture_output=True, text=True, timeout=15)
+        if check and done.returncode != 0:
+            raise AssertionError(f"tmux {args[0]} failed: {done.stderr}")
+        return done.stdout
+
+    def screen(self) -> str:
+        return self("capture-pane", "-p", "-t", "e2e")
+
+    def wait_for(self, condition, timeout: float, what: str) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.screen()
+            if condition(text):
+                return text
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}; the screen:\n{text}")
+            time.sleep(0.2)
+
+    def kill(self) -> None:
+        self("kill-server", check=False)
+
+
+def command(tmp_path: Path, args: str, extra_env: dict[str, str] | None = None) -> tuple[str, Path]:
+    exit_file = tmp_path / "exit-code"
+    env = {var: os.environ[var] for var in ("POCKETCHAT_DATA_DIR", "POCKETCHAT_CACHE_DIR", "HF_HOME",
+                                            "HF_HUB_CACHE", "HF_ENDPOINT", "PATH", "HOME")
+           if var in os.environ}
+    env.update(HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO), TERM="xterm-256color")
+    env.update(extra_env or {})
+    exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    pid_file = tmp_path / "pid"
+    command = (f"cd {shlex.quote(str(REPO))} && env -i {exports} sh -c 'echo $$ > {pid_file}; exec "
+               f"{shlex.quote(sys.executable)} -m pocketchat {args}'; "
+               f"echo $? > {shlex.quote(str(exit_file))}; sleep 60")
+    return command, exit_file
+
+
+def wait_file(path: Path, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return path.exists()
+
+
+def ready(s: str) -> bool:
+    return "ctx " in s and "Ready" in s
+
+
+@contextmanager
+def starter_chat(tmp_path: Path) -> Iterator[tuple[Tmux, Path]]:
+    """The chat on the starter model in a tmux pane, loaded; (tmux, the exit-code file)."""
+    pytest.importorskip("llama_cpp")
+    line, exit_file = command(tmp_path, "--model starter --no-think")
+    tmux = Tmux()
+    try:
+        tmux("new-session", "-d", "-s", "e2e", "-x", "110", "-y", "34", line)
+        tmux.wait_for(ready, 90, "the starter model to load")
+        yield tmux, exit_file
+    finally:
+        tmux.kill()
