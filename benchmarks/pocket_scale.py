@@ -68,6 +68,20 @@ KiB = 1024
 # -- the child processes -------------------------------------------------------------------
 
 
+def without_repack() -> None:
+    """llama.cpp's --no-repack for the `Llama` made after this (it does not expose use_extra_bufts)."""
+    import llama_cpp.llama as llama_module
+
+    default_params = llama_module.llama_cpp.llama_model_default_params
+
+    def params():
+        p = default_params()
+        p.use_extra_bufts = False
+        return p
+
+    llama_module.llama_cpp.llama_model_default_params = params
+
+
 def child_bare(cfg: dict) -> None:
     """Bare llama-cpp-python: load, then pp / tg with llama.cpp's own counters; JSON lines out."""
     if cfg.get("rlimit_data"):
@@ -79,17 +93,8 @@ def child_bare(cfg: dict) -> None:
     def emit(**kv) -> None:
         print(json.dumps(kv), flush=True)
 
-    if cfg.get("no_repack"):  # llama.cpp's --no-repack: `Llama` does not expose use_extra_bufts
-        import llama_cpp.llama as llama_module
-
-        default_params = llama_module.llama_cpp.llama_model_default_params
-
-        def without_repack():
-            params = default_params()
-            params.use_extra_bufts = False
-            return params
-
-        llama_module.llama_cpp.llama_model_default_params = without_repack
+    if cfg.get("no_repack"):
+        without_repack()
     t0 = time.perf_counter()
     llm = llama_cpp.Llama(
         model_path=cfg["path"], n_ctx=cfg["n_ctx"], n_batch=cfg["n_batch"], n_ubatch=cfg["n_batch"],
@@ -155,6 +160,8 @@ def child_quiet(cfg: dict) -> None:
     import llama_cpp
     import numpy as np
 
+    if cfg.get("no_repack"):
+        without_repack()
     llm = llama_cpp.Llama(model_path=cfg["path"], n_ctx=cfg["n_ctx"], n_batch=cfg["n_batch"],
                           n_ubatch=cfg["n_batch"], n_threads=cfg["threads"], n_threads_batch=cfg["threads_batch"],
                           flash_attn=cfg["flash_attn"], use_mmap=True, verbose=False)
@@ -165,6 +172,15 @@ def child_quiet(cfg: dict) -> None:
     while done < cfg["bursts"] and time.monotonic() < deadline:
         if any(others_cpu() >= cfg["idle"] for _ in range(3)):
             continue
+        pp = 0.0
+        if cfg.get("pp"):
+            llm.reset()
+            llama_cpp.llama_synchronize(ctx)
+            llama_cpp.llama_perf_context_reset(ctx)
+            llm.eval([int(t) for t in rng.integers(300, n_vocab - 16, cfg["pp"])])
+            llama_cpp.llama_synchronize(ctx)
+            perf = llama_cpp.llama_perf_context(ctx)
+            pp = perf.n_p_eval / (perf.t_p_eval_ms / 1000)
         llm.reset()
         llm.eval([int(t) for t in rng.integers(300, n_vocab - 16, 16)])
         ptr = llama_cpp.llama_get_logits_ith(ctx, -1)
@@ -179,7 +195,7 @@ def child_quiet(cfg: dict) -> None:
         perf = llama_cpp.llama_perf_context(ctx)
         after = others_cpu()
         done += 1
-        print(json.dumps({"event": "burst", "tg_tok_s": perf.n_eval / (perf.t_eval_ms / 1000),
+        print(json.dumps({"event": "burst", "tg_tok_s": perf.n_eval / (perf.t_eval_ms / 1000), "pp_tok_s": pp,
                           "seconds": time.monotonic() - b0, "others_after": after}), flush=True)
 
 
@@ -353,7 +369,9 @@ def speed_estimate(path: Path, gbps: float, threads: int) -> float:
     from pocketchat.select.estimate import build_from_facts, decode_tok_s
 
     build = build_from_facts(facts_of(check_gguf(path)), path.name)
-    return decode_tok_s(build, "cpu", cpu_bandwidth_gbps=gbps, threads=threads)
+    import platform
+
+    return decode_tok_s(build, "cpu", cpu_bandwidth_gbps=gbps, threads=threads, arch=platform.machine())
 
 
 def med(xs: list[float]) -> float:
@@ -635,19 +653,25 @@ def quiet(ses: Session) -> None:
     print(f"\n== decode in quiet moments (others under {a.quiet_idle} cores for 3 s; up to {a.quiet_bursts} "
           f"bursts of 32 tokens within {a.quiet_minutes} min)")
     out = {}
-    for threads in (ses.threads, 1) if ses.threads > 1 else (ses.threads,):
-        cfg = {**ses.bare, "threads": threads, "tg": 32, "bursts": a.quiet_bursts, "minutes": a.quiet_minutes,
+    configs = [(f"{ses.threads} threads", {"threads": ses.threads}),
+               (f"{ses.threads} threads, no repack", {"threads": ses.threads, "no_repack": True})]
+    if ses.threads > 1:
+        configs.insert(1, ("1 thread", {"threads": 1}))
+    for label, extra in configs:
+        cfg = {**ses.bare, **extra, "tg": 32, "pp": 128, "bursts": a.quiet_bursts, "minutes": a.quiet_minutes,
                "idle": a.quiet_idle}
         lines, _, _ = ses.run.child("quiet", cfg, timeout=60 * a.quiet_minutes + 600,
-                                    show=f"bare, {threads} thread(s), quiet moments: 32 greedy evals per burst")
-        speeds = [x["tg_tok_s"] for x in lines if x.get("event") == "burst"]
-        out[threads] = {"bursts": lines, "median": med(speeds)}
-        print(f"  {threads} thread(s): {len(speeds)} bursts, tg " + ", ".join(f"{x:.2f}" for x in speeds)
-              + f" tok/s; median {med(speeds):.2f}; decode / bandwidth limit {med(speeds) / ses.limit:.2f}")
+                                    show=f"bare, {label}, quiet moments: pp128 + 32 greedy evals per burst")
+        bursts = [x for x in lines if x.get("event") == "burst"]
+        tg, pp = [x["tg_tok_s"] for x in bursts], [x["pp_tok_s"] for x in bursts]
+        out[label] = {"bursts": bursts, "tg_median": med(tg), "pp_median": med(pp)}
+        print(f"  {label}: {len(bursts)} bursts; tg " + ", ".join(f"{x:.2f}" for x in tg)
+              + f" (median {med(tg):.2f}, {med(tg) / ses.limit:.2f} of the bandwidth limit); pp128 median "
+              f"{med(pp):.1f} tok/s")
     est = speed_estimate(ses.path, ses.gbps, ses.threads)
-    m = out[ses.threads]["median"]
+    m = out[configs[0][0]]["tg_median"]
     print(f"  the plan's speed estimate {est:.2f} tok/s = {est / m:.2f}x the quiet decode")
-    ses.figures["quiet"] = {**{str(k): v for k, v in out.items()}, "estimate_tok_s": est}
+    ses.figures["quiet"] = {**out, "estimate_tok_s": est}
 
 
 def turns(ses: Session) -> None:

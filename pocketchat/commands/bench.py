@@ -213,7 +213,7 @@ def record_speed(choice, sel, tok_s: float) -> None:
     profile = sel.profile()
     estimate = est.decode_tok_s(build, plan.placement, cpu_bandwidth_gbps=profile.memory_bandwidth_gbps,
                                 threads=plan.n_threads, gpu=fit.main_gpu(profile),
-                                n_cpu_moe=plan.n_cpu_moe or None)
+                                n_cpu_moe=plan.n_cpu_moe or None, arch=profile.arch)
     arch, read_bytes = measured.kind_of(build)
     measured.save(settings().cache_dir, measured.SpeedRecord(
         model=build.id, placement=plan.placement, measured_tok_s=round(tok_s, 2),

@@ -54,10 +54,14 @@ POCKET_EMBD = 2048
 # Speed calibration. CPU decoding is bandwidth-bound: the published CPU figures (Xeon IQ1_M
 # 27 tok/s, AMD mini-PC Q2_K 20 tok/s, M3 Pro CPU Q2_K 19.5 tok/s) all read about 20 GB/s of
 # weights, roughly half a measured copy bandwidth; DESIGN.md's 75 tok/s for SmolLM2 (98 MB) on the
-# 2-core dev machine reads
-# 7.4 GB/s of a 14.3 GB/s copy figure (0.51), about 3.7 GB/s per core.
+# 2-core dev machine reads 7.4 GB/s of a 14.3 GB/s copy figure (0.51).
+# What one core can read caps a plan with few threads. Apple's (M3 Pro CPU, 8 threads, Q2_K:
+# 19.5 tok/s) is about 4 GB/s; an x86 core reads more: on the 2-core dev machine (AMD EPYC,
+# Zen 4) one thread decodes the full-size POCKET Q2_K (1.47 GB a token) at 6.6 tok/s, 9.7 GB/s,
+# with the other core busy (benchmarks/pocket_scale.py); 6 GB/s a core is a cautious figure.
 CPU_EFFICIENCY = 0.5
 CPU_GBPS_PER_CORE = 4.0
+CPU_GBPS_PER_CORE_X86 = 6.0
 DEFAULT_CPU_GBPS = 20.0
 # GPU decoding of a small-expert MoE is partly launch-bound: a fixed cost per token plus the
 # bytes at a fraction of the memory bandwidth (H100 NVL IQ1_M 197 tok/s; M3 Pro Metal 25.4).
@@ -254,10 +258,11 @@ def split_experts(need: MemoryNeed, build: Build, n_cpu_moe: int | None = None) 
     return gpu, ram
 
 
-def cpu_gbps(bandwidth_gbps: float | None, threads: int) -> float:
-    """Effective weight-reading rate of the CPU in GB/s."""
+def cpu_gbps(bandwidth_gbps: float | None, threads: int, arch: str | None = None) -> float:
+    """Effective weight-reading rate of the CPU in GB/s (`arch`: the machine's, e.g. x86_64)."""
     measured = bandwidth_gbps or DEFAULT_CPU_GBPS
-    return min(measured * CPU_EFFICIENCY, max(threads, 1) * CPU_GBPS_PER_CORE)
+    per_core = CPU_GBPS_PER_CORE_X86 if arch in ("x86_64", "amd64", "AMD64") else CPU_GBPS_PER_CORE
+    return min(measured * CPU_EFFICIENCY, max(threads, 1) * per_core)
 
 
 def read_per_token(build: Build) -> float:
@@ -273,15 +278,16 @@ def decode_tok_s(
     threads: int,
     gpu: GPU | None = None,
     n_cpu_moe: int | None = None,
+    arch: str | None = None,
 ) -> float:
     """Estimated generation speed in tokens per second.
 
     With `gpu+cpu-experts`, the active experts of the first `n_cpu_moe` layers (None: all) are
-    read from RAM by the CPU, everything else from VRAM.
+    read from RAM by the CPU, everything else from VRAM. `arch`: the machine's CPU architecture.
     """
     facts = build.facts
     per_token = read_per_token(build)
-    cpu_rate = cpu_gbps(cpu_bandwidth_gbps, threads) * 1e9
+    cpu_rate = cpu_gbps(cpu_bandwidth_gbps, threads, arch) * 1e9
     if placement == "cpu" or gpu is None:
         return cpu_rate / per_token
     apple = gpu.vendor == "apple"

@@ -157,7 +157,8 @@ def _speed(build: Build, budget: Budget, fit: Fit, threads: int,
         return est.pooled_tok_s(build, profile.memory_bandwidth_gbps, budget.helpers, fit.split.layers,
                                 threads=threads, link=budget.link), "estimate"
     speed = est.decode_tok_s(build, fit.placement, cpu_bandwidth_gbps=profile.memory_bandwidth_gbps,
-                             threads=threads, gpu=main_gpu(profile), n_cpu_moe=fit.n_cpu_moe or None)
+                             threads=threads, gpu=main_gpu(profile), n_cpu_moe=fit.n_cpu_moe or None,
+                             arch=profile.arch)
     return speeds.speed(build, fit.placement, speed) if speeds is not None else (speed, "estimate")
 
 
