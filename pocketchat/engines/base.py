@@ -7,7 +7,9 @@ One answer, step by step (`EngineBase._answer`):
    the prompt shares with what it holds (cut back, or restored from a checkpoint);
 3. for a state that cannot be cut back (recurrent layers), the prompt is evaluated up to the
    end of the last user message first and a checkpoint is taken there;
-4. the backend evaluates the rest and samples (`_generate`), cancellable; text goes through
+4. a prompt longer than one piece (`_prompt_piece`: the plan's n_batch) is evaluated piece by piece,
+   with a `Chunk.progress` (done / total, seconds) first and after each piece (`_read_prompt`);
+   then the backend evaluates the rest and samples (`_generate`), cancellable; text goes through
    `thinking.ThinkSplitter` into answer and thinking;
 5. the final chunk carries the stats: the backend's own counters (`_timing`) plus the prompt's
    length, the tokens reused from the cache and the tokens evaluated;
@@ -59,6 +61,7 @@ from pocketchat.engines.types import (
     Chunk,
     EngineInfo,
     Message,
+    PromptProgress,
     Stats,
     StopReason,
     TokenLogprob,
@@ -434,6 +437,8 @@ class EngineBase:
             progress.kept = start = self.cache.prepare(tokens).keep
             if max_new <= 0:
                 return "length", Piece()
+            if len(tokens) - start > self._prompt_piece():  # long: read in pieces, progress between
+                start = yield from self._read_prompt(plan, start, progress)
             if plan.stable is not None and plan.stable > start:
                 self._evaluate(tokens[start: plan.stable])
                 self.cache.save_checkpoint()
@@ -459,6 +464,37 @@ class EngineBase:
         finally:
             if gen is not None:
                 gen.close()
+
+    def _prompt_piece(self) -> int:
+        """How many prompt tokens are evaluated between two progress chunks (llama.cpp's batch)."""
+        return max(1, min(int(getattr(self.plan, "n_batch", 512) or 512), self.n_ctx))
+
+    def _read_prompt(self, plan: PromptPlan, start: int, progress: Progress
+                     ) -> Generator[Chunk, None, int]:
+        """Evaluate the prompt from `start` to before its last token one piece at a time
+        (checkpointing at `plan.stable`), yielding a progress chunk first and after each piece;
+        returns where the rest of the prompt starts."""
+        tokens, piece, stable = plan.tokens, self._prompt_piece(), plan.stable
+        end, at, began = len(tokens) - 1, start, time.perf_counter()
+        total = len(tokens) - start
+
+        def report() -> Chunk:
+            done = PromptProgress(at - start, total, time.perf_counter() - began)
+            return Chunk(stats=self._stats(progress), progress=done)
+
+        yield report()
+        while at < end:
+            stop = min(at + piece, end)
+            if stable is not None and at < stable < stop:
+                stop = stable  # the checkpoint's position is a piece's end
+            self._evaluate(tokens[at:stop])
+            at = stop
+            if at == stable:
+                self.cache.save_checkpoint()
+            if self._cancel.is_set():
+                raise Cancelled
+            yield report()
+        return at
 
     def _stats(self, progress: Progress) -> Stats:
         t, plan = self._timing(), progress.plan

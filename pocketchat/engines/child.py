@@ -5,6 +5,8 @@ thread takes "cancel" and "close" while an answer runs, so cancel reaches the ba
 abort callback included) inside a decode. Deltas are coalesced: the first chunk of an answer
 goes at once (time to first token), then at most one every `chunk_interval` seconds
 (FLUSH_SECONDS unless the parent asks for another: the chat asks for its screen's pace).
+While a long prompt is read, its progress chunks (one per piece of the prompt) pass the same
+way: the first at once, and the first token after them at once too.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ def _merge(chunks: list[Chunk]) -> Chunk:
         failure=last.failure,
         tool_calls=tuple(t for c in chunks for t in c.tool_calls),
         logprobs=tuple(p for c in chunks for p in c.logprobs),
+        progress=last.progress,  # only while the prompt is read: text ends it
     )
 
 
@@ -185,7 +188,8 @@ def _stream(engine: Any, req: int, messages: Sequence[Message], options: ChatOpt
             now = time.monotonic()
             if first or now - last_flush >= chunk_interval:
                 send(("chunk", req, _merge(pending)))
-                pending, last_flush, first = [], now, False
+                pending, last_flush = [], now
+                first = first and chunk.progress is not None  # the first token goes at once too
             if req in cancelled:
                 engine.cancel()
     except Exception as exc:  # noqa: BLE001 - the answer ends with the error, the worker lives

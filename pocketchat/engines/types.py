@@ -112,10 +112,31 @@ class Stats:
 
 
 @dataclass(frozen=True)
+class PromptProgress:
+    """How far the evaluation of a long prompt is: `done` of `total` tokens (the tokens this
+    answer evaluates; the cached ones are not counted) after `seconds`."""
+
+    done: int
+    total: int
+    seconds: float
+
+    @property
+    def tok_s(self) -> float:
+        return self.done / self.seconds if self.seconds > 0 and self.done else 0.0
+
+    @property
+    def seconds_left(self) -> float | None:
+        """The time the rest takes at the rate so far; None before the first piece is done."""
+        rate = self.tok_s
+        return (self.total - self.done) / rate if rate > 0 else None
+
+
+@dataclass(frozen=True)
 class Chunk:
     """A piece of an answer: new answer text and/or thinking text, with the stats so far.
 
-    The last chunk of an answer has `finish_reason` set; on "error", `error` says what and
+    While a long prompt is evaluated (more than one piece), chunks without text carry
+    `progress`. The last chunk of an answer has `finish_reason` set; on "error", `error` says what and
     `failure` is the typed error (class, message, hint) when there is one.
     """
 
@@ -127,6 +148,7 @@ class Chunk:
     failure: PocketchatError | None = None
     tool_calls: tuple[ToolCall, ...] = ()  # calls completed in this chunk (each once, in order)
     logprobs: tuple[TokenLogprob, ...] = ()  # one per generated token of this chunk's text
+    progress: PromptProgress | None = None  # set on the chunks sent while a long prompt is read
 
     @classmethod
     def failed(cls, exc: BaseException, stats: Stats | None = None, *, prefix: str = "") -> "Chunk":
