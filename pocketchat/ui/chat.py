@@ -25,7 +25,7 @@ from pocketchat.errors import EngineCrashed, HelperGone
 from pocketchat.engines.types import ChatOptions, Engine, EngineInfo
 from pocketchat.ui import modelstate
 from pocketchat.ui.follow import Follower
-from pocketchat.ui.format import describe_error
+from pocketchat.ui.format import describe_error, prompt_progress_line
 from pocketchat.ui.messages import EngineLost
 from pocketchat.ui.holding import Holding
 from pocketchat.ui.screens import ConversationsScreen, SystemPromptScreen
@@ -223,6 +223,11 @@ class Chat(Vertical):
         else:  # every tick: a layout that came later (a folded thinking box) moved the text
             follower.follow(view)
         state = "Answering" if view.text else "Thinking" if view.thinking else "Waiting for the first token"
+        if stream.cancelled and not view.text:
+            state = "Stopping"  # Esc: what it said at once stays until the answer ends
+        elif update.progress is not None and not view.text and not view.thinking:
+            p = update.progress
+            state = prompt_progress_line(p.done, p.total, p.tok_s, p.seconds_left)
         now = time.monotonic()
         if update.done or state != self._shown_state or now - self._status_at >= STATUS_INTERVAL:
             self._shown_state, self._status_at = state, now

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from pocketchat.conversations import Autosave, ChatMessage, Conversation, stats_summary
-from pocketchat.engines.types import ChatOptions, Engine, Message, Stats
+from pocketchat.engines.types import ChatOptions, Engine, Message, PromptProgress, Stats
 from pocketchat.ui import modelstate
 
 UPDATES_PER_SECOND = 10  # the most screen updates a second while an answer streams
@@ -41,6 +41,7 @@ class StreamUpdate:
     exception: BaseException | None = None
     elapsed: float = 0.0
     first_token_at: float | None = None
+    progress: PromptProgress | None = None  # the prompt is being read (no text yet)
 
 
 class AnswerStream:
@@ -70,6 +71,7 @@ class AnswerStream:
         self._text: list[str] = []
         self._thinking: list[str] = []
         self._stats: Stats | None = None
+        self._progress: PromptProgress | None = None
         self._finish: str | None = None
         self._error: str | None = None
         self._exception: BaseException | None = None
@@ -100,6 +102,7 @@ class AnswerStream:
                         self._thinking.append(chunk.thinking)
                         message.thinking += chunk.thinking
                     self._stats = chunk.stats
+                    self._progress = chunk.progress
                 message.stats = stats_summary(chunk.stats)
                 if chunk.finish_reason is not None:
                     finish, error = chunk.finish_reason, chunk.error
@@ -148,6 +151,7 @@ class AnswerStream:
                 first_token_at=(
                     self._first_token - self._started if self._first_token is not None else None
                 ),
+                progress=None if done else self._progress,
             )
 
     def cancel(self) -> None:

@@ -1,0 +1,95 @@
+"""Progress while a long prompt is read: the engines' progress chunks (real llama.cpp on the
+starter, in process and through the worker), and the chat's status bar (the real app)."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from support.engine_makers import make_llama_in_process, make_llama_worker_at_chat_pace
+from support.uitools import answered, ready, run, send, status_text, wait_for
+
+from pocketchat.engines.types import ChatOptions, Message
+from pocketchat.textsafe import one_line
+
+pytestmark = pytest.mark.slow
+
+PROGRESS = re.compile(r"Reading the prompt ([\d,]+)/([\d,]+) tokens")
+
+
+def long_message(words: int) -> str:
+    return " ".join(f"item{i}" for i in range(words)) + "\nSay one word."
+
+
+@pytest.mark.parametrize("maker", [make_llama_in_process, make_llama_worker_at_chat_pace],
+                         ids=["in-process", "worker"])
+def test_a_long_prompt_reports_progress_before_the_first_token(maker):
+    pytest.importorskip("llama_cpp")
+    engine = maker(2048)
+    try:
+        started = time.monotonic()
+        seen, first_at, texts = [], None, []
+        for chunk in engine.chat([Message("user", long_message(450))],
+                                 ChatOptions(max_tokens=2, thinking=False, temperature=0)):
+            if chunk.progress is not None:
+                assert not "".join(texts), "progress after the answer began"
+                seen.append(chunk.progress)
+                first_at = first_at if first_at is not None else time.monotonic() - started
+            texts.append(chunk.text)
+        final = chunk.stats
+        assert final.prompt_length > 1024  # three pieces of 512 at least
+        assert seen and seen[0].done == 0 and first_at < 1.0, (seen[:1], first_at)
+        assert [p.total for p in seen] == [final.prompt_length] * len(seen)
+        dones = [p.done for p in seen]
+        assert dones == sorted(dones) and dones[-1] == final.prompt_length - 1
+        assert len(seen) >= 3 and seen[-1].tok_s > 0 and seen[-1].seconds_left is not None
+        # a short follow-up reuses the cache: no progress for it
+        again = list(engine.chat([Message("user", long_message(450)), Message("assistant", "x"),
+                                  Message("user", "ok?")], ChatOptions(max_tokens=1, thinking=False)))
+        assert all(c.progress is None for c in again)
+    finally:
+        engine.close()
+
+
+@pytest.fixture
+def starter_factory(starter_gguf):
+    pytest.importorskip("llama_cpp")
+    from pocketchat.commands.common import choose_model
+    from pocketchat.commands.selection import Selection
+    from pocketchat.engines import open_engine
+    from pocketchat.ui.streaming import CHUNK_INTERVAL
+
+    choice = choose_model(Selection(model="starter", ctx=4096, offline=True, yes=True))
+    return lambda: open_engine(choice.plan, choice.path, name=choice.name,
+                               chunk_interval=CHUNK_INTERVAL)
+
+
+def test_the_status_bar_shows_the_prompt_being_read_and_esc_stops_it(starter_factory):
+    async def scenario():
+        from pocketchat.ui.app import create_app
+
+        app = create_app(starter_factory, thinking=False,
+                         options=ChatOptions(max_tokens=8, temperature=0.0))
+        async with app.run_test(size=(140, 30)) as pilot:
+            await ready(pilot, timeout=90)
+            await send(pilot, long_message(900))
+            await wait_for(pilot, lambda: PROGRESS.search(status_text(app)), 5,
+                           "the prompt's progress in the status bar")
+            await wait_for(pilot, lambda: (m := PROGRESS.search(status_text(app)))
+                           and m.group(1) != "0", 60, "a piece of the prompt read")
+            line = status_text(app)
+            done, total = (int(g.replace(",", "")) for g in PROGRESS.search(line).groups())
+            assert 0 < done < total and total > 2500, line
+            assert re.search(r"· \d+ tok/s · [\d.]+ (s|ms|min \d+ s) left", line), line
+            assert one_line(line) == line  # plain text, no control sequences
+            stopped_at = time.monotonic()
+            await pilot.press("escape")
+            assert status_text(app).startswith("Stopping")
+            await answered(pilot, timeout=10)
+            assert time.monotonic() - stopped_at < 5
+            answer = app.conversation.messages[-1]
+            assert answer.interrupted and answer.content == ""
+            assert status_text(app).startswith("Stopped")
+
+    run(scenario())
