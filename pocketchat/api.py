@@ -67,12 +67,14 @@ def choose(selection: "Selection", *, confirm: Callable[["DownloadPlan"], bool] 
 
 
 def open_session(choice: "ModelChoice", *, in_process: bool = False,
-                 chunk_interval: float | None = None) -> "Session":
-    """Load the chosen model (in a worker process unless `in_process`); blocks until ready."""
+                 chunk_interval: float | None = None,
+                 on_progress: Callable[[str, float], None] | None = None) -> "Session":
+    """Load the chosen model (in a worker process unless `in_process`); blocks until ready;
+    `on_progress(stage, fraction)` sees the load (llama.cpp's fraction of the file loaded)."""
     from pocketchat.engines import open_engine
 
     engine = open_engine(choice.plan, choice.path, name=choice.label, in_process=in_process,
-                         chunk_interval=chunk_interval)
+                         chunk_interval=chunk_interval, on_progress=on_progress)
     return Session(engine, choice)
 
 

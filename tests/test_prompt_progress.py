@@ -93,3 +93,63 @@ def test_the_status_bar_shows_the_prompt_being_read_and_esc_stops_it(starter_fac
             assert status_text(app).startswith("Stopped")
 
     run(scenario())
+
+
+def _oneshot(stderr_is_terminal: bool, tmp_path) -> tuple[int, str, str]:
+    """`pocketchat --model starter -p ...` with a long document piped in; (exit code, stdout,
+    what reached stderr)."""
+    import os
+    import subprocess
+    import sys
+    import threading
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    args = [sys.executable, "-m", "pocketchat", "--model", "starter", "--ctx", "4096",
+            "--no-think", "-p", "Say one word."]
+    env = {**os.environ, "PYTHONPATH": str(repo), "HF_HUB_OFFLINE": "1"}
+    if not stderr_is_terminal:
+        log = tmp_path / "err.log"
+        with open(log, "wb") as err:
+            done = subprocess.run(args, input=long_message(350).encode(), stdout=subprocess.PIPE,
+                                  stderr=err, timeout=300, env=env, cwd=repo)
+        return done.returncode, done.stdout.decode(), log.read_text()
+    master, slave = os.openpty()
+    seen: list[bytes] = []
+
+    def read() -> None:
+        while True:
+            try:
+                data = os.read(master, 4096)
+            except OSError:  # the terminal's other end closed
+                return
+            if not data:
+                return
+            seen.append(data)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=slave,
+                            env=env, cwd=repo)
+    os.close(slave)
+    out, _ = proc.communicate(long_message(350).encode(), timeout=300)
+    reader.join(10)
+    os.close(master)
+    return proc.returncode, out.decode(), b"".join(seen).decode(errors="replace")
+
+
+def test_dash_p_shows_the_prompt_progress_on_a_terminal_stderr_only(tmp_path):
+    pytest.importorskip("llama_cpp")
+    code, out, err = _oneshot(True, tmp_path)
+    assert code == 0 and out.strip(), err
+    lines = [m for m in PROGRESS.finditer(err)]
+    assert len(lines) >= 2, err  # 0 at once, then after pieces
+    assert lines[0].group(1) == "0" and int(lines[-1].group(1).replace(",", "")) > 0
+    assert "\n" not in err  # one line, rewritten in place with \r
+    assert "tok/s" in err and "left" in err
+    assert err.endswith("\r") and err.split("\r")[-2].strip() == ""  # wiped before the answer
+    assert "Reading" not in out
+
+    code, out, err = _oneshot(False, tmp_path)
+    assert code == 0 and out.strip(), err
+    assert "Reading the prompt" not in err and "\r" not in err and "Loading" not in err, err

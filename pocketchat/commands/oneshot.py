@@ -4,7 +4,9 @@ Used when a prompt is given with -p, or when stdin or stdout is not a terminal (
 the chat's full-screen app would write screen codes into the file and wait for keys that never
 come. The model is chosen and opened through the Python API (api.py), exactly as for the
 chat (--model, or the recommendation); download progress and notes go to stderr, the answer
-streams to stdout, thinking is dropped unless --show-thinking sends it to stderr. Nothing is saved to the conversation history.
+streams to stdout, thinking is dropped unless --show-thinking sends it to stderr. When stderr is
+a terminal, one line on it (`statusline.StatusLine`) shows the model loading and the prompt
+being read (done/total, rate, time left) and is wiped when the answer begins. Nothing is saved to the conversation history.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import sys
 from typing import TYPE_CHECKING, Iterator, TextIO
 
 from pocketchat.commands.selection import Selection
+from pocketchat.commands.statusline import StatusLine
 from pocketchat.errors import UsageError
 from pocketchat.textsafe import visible
 
@@ -76,38 +79,62 @@ def run(args: argparse.Namespace, sel: Selection) -> int:
     question = read_prompt(args)
     for note in choice.plan.notes:
         print(visible(f"note: {note}"), file=sys.stderr)
-    with api.open_session(choice) as session:
+    status = StatusLine()
+    try:
+        session = api.open_session(choice, on_progress=status.load)
+    finally:
+        status.clear()
+    with session:
         for note in session.info.notes:
             print(visible(f"note: {note}"), file=sys.stderr)
         messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
             {"role": "user", "content": question}]
         try:
             return _stream(session.chat(messages, stream=True, thinking=not args.no_think),
-                           show_thinking=args.show_thinking)
+                           show_thinking=args.show_thinking, status=status)
         except KeyboardInterrupt:
             session.cancel()
             raise
 
 
-def _stream(chunks: Iterator[Chunk], *, show_thinking: bool) -> int:
-    """Write the answer to stdout (thinking to stderr when asked); a failure raises."""
-    out, err = sys.stdout, sys.stderr
+def _stream(chunks: Iterator[Chunk], *, show_thinking: bool, status: StatusLine | None = None
+            ) -> int:
+    """Write the answer to stdout (thinking to stderr when asked), the prompt's progress on
+    `status` until the answer begins; a failure raises."""
+    out = sys.stdout
+    status = status or StatusLine()
     ends_with_newline = True
     thinking_open = False
-    for chunk in chunks:
-        if chunk.thinking and show_thinking:
-            err.write(visible(chunk.thinking))
-            err.flush()
-            thinking_open = True
-        if chunk.text:
-            if thinking_open:
-                err.write("\n")
-                thinking_open = False
-            text = visible(chunk.text)
-            out.write(text)
-            out.flush()
-            ends_with_newline = text.endswith("\n")
+    try:
+        for chunk in chunks:
+            if chunk.progress is not None:
+                status.prompt(chunk.progress)
+                continue
+            status.clear()
+            ends_with_newline, thinking_open = _write(chunk, show_thinking, ends_with_newline,
+                                                      thinking_open)
+    finally:
+        status.clear()
     if not ends_with_newline:
         out.write("\n")
     out.flush()
     return 0
+
+
+def _write(chunk: Chunk, show_thinking: bool, ends_with_newline: bool, thinking_open: bool
+           ) -> tuple[bool, bool]:
+    """One chunk out: thinking to stderr (when asked), text to stdout; the new line state."""
+    out, err = sys.stdout, sys.stderr
+    if chunk.thinking and show_thinking:
+        err.write(visible(chunk.thinking))
+        err.flush()
+        thinking_open = True
+    if chunk.text:
+        if thinking_open:
+            err.write("\n")
+            thinking_open = False
+        text = visible(chunk.text)
+        out.write(text)
+        out.flush()
+        ends_with_newline = text.endswith("\n")
+    return ends_with_newline, thinking_open

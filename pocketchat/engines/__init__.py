@@ -4,7 +4,7 @@ by default in a worker process."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
     from pocketchat.engines.types import Engine
@@ -12,7 +12,8 @@ if TYPE_CHECKING:
 
 
 def open_engine(plan: "LoadPlan", path: Path, *, name: str | None = None,
-                in_process: bool = False, chunk_interval: float | None = None) -> "Engine":
+                in_process: bool = False, chunk_interval: float | None = None,
+                on_progress: Callable[[str, float], None] | None = None) -> "Engine":
     """Load the model at `path` as `plan` says and return it, ready to chat.
 
     By default the backend runs in a child process (`worker.WorkerEngine`); this blocks until
@@ -22,13 +23,16 @@ def open_engine(plan: "LoadPlan", path: Path, *, name: str | None = None,
     gets the worker decorated by `pooled.PooledEngine`, whose crashes name the helper that went
     away. `chunk_interval`: the shortest time between two chunks of an answer from the worker
     (the first comes at once; default `child.FLUSH_SECONDS`): a reader that shows text less
-    often needs no more.
+    often needs no more. `on_progress(stage, fraction)` sees the load ("loading": the fraction
+    llama.cpp reports as it reads the file).
     """
-    kwargs = {} if chunk_interval is None else {"chunk_interval": chunk_interval}
+    kwargs: dict = {} if chunk_interval is None else {"chunk_interval": chunk_interval}
     if in_process:
         from pocketchat.engines.child import make_backend
 
-        return make_backend(plan, Path(path), name)
+        return make_backend(plan, Path(path), name, on_progress)
+    if on_progress is not None:
+        kwargs["on_progress"] = on_progress
     from pocketchat.engines.worker import WorkerEngine
 
     if plan.rpc_servers:
