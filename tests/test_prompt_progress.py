@@ -18,8 +18,8 @@ pytestmark = pytest.mark.slow
 PROGRESS = re.compile(r"Reading the prompt ([\d,]+)/([\d,]+) tokens")
 
 
-def long_message(words: int) -> str:
-    return " ".join(f"item{i}" for i in range(words)) + "\nSay one word."
+def long_message(words: int, word: str = "item") -> str:
+    return " ".join(f"{word}{i}" for i in range(words)) + "\nSay one word."
 
 
 @pytest.mark.parametrize("maker", [make_llama_in_process, make_llama_worker_at_chat_pace],
@@ -153,3 +153,40 @@ def test_dash_p_shows_the_prompt_progress_on_a_terminal_stderr_only(tmp_path):
     code, out, err = _oneshot(False, tmp_path)
     assert code == 0 and out.strip(), err
     assert "Reading the prompt" not in err and "\r" not in err and "Loading" not in err, err
+
+
+def test_serve_streams_prompt_progress_before_the_first_token_only_when_asked(tmp_path):
+    pytest.importorskip("llama_cpp")
+    openai = pytest.importorskip("openai")
+    from support.serverproc import running
+
+    with running(["--model", "starter", "--ctx", "4096"], tmp_path) as srv:
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0,
+                               timeout=300)
+        messages = [{"role": "user", "content": long_message(350)}]
+        events = list(client.chat.completions.create(
+            model="starter", messages=messages, max_tokens=2, stream=True,
+            extra_body={"return_progress": True}))
+        first_text = next(i for i, e in enumerate(events)
+                          if e.choices and e.choices[0].delta.content)
+        progress = [(i, e.model_extra["prompt_progress"]) for i, e in enumerate(events)
+                    if (e.model_extra or {}).get("prompt_progress")]
+        assert len(progress) >= 3 and progress[-1][0] < first_text
+        total = progress[0][1]["total"]
+        assert total > 1024
+        assert set(progress[0][1]) == {"total", "cache", "processed", "time_ms"}
+        processed = [p["processed"] for _, p in progress]
+        assert processed[0] == progress[0][1]["cache"] and processed == sorted(processed)
+        assert processed[-1] < total and all(p["total"] == total for _, p in progress)
+        assert progress[-1][1]["time_ms"] > 0
+        assert events[progress[0][0]].choices[0].delta.role == "assistant"
+
+        # the same prompt again without the option: no progress field anywhere (a new
+        # message, so the prompt is read again rather than taken from the cache)
+        messages = [{"role": "user", "content": long_message(350, "entry")}]
+        plain = list(client.chat.completions.create(model="starter", messages=messages,
+                                                    max_tokens=2, stream=True))
+        assert not any((e.model_extra or {}).get("prompt_progress") for e in plain)
+        assert plain[0].choices[0].delta.role == "assistant"
+        assert "".join(e.choices[0].delta.content or "" for e in plain if e.choices)
+        assert plain[-1].model_extra["timings"]["prompt_n"] > 1024  # it was read again

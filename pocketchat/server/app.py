@@ -9,7 +9,9 @@ The chat endpoint is a plain ASGI callable so that it can watch the connection w
 waits and while it answers: a client that goes away (http.disconnect) cancels the request at
 once, whether it is still queued or already generating. An answer's status is decided on the
 engine's first chunk, before any header is sent, so an error found while reading the prompt
-(context overflow, an engine crash) is a proper HTTP status even for a streaming request.
+(context overflow, an engine crash) is a proper HTTP status even for a streaming request;
+a streaming request with `"return_progress": true` (llama.cpp's field) gets events with a
+`prompt_progress` object while a long prompt is read, so its headers go with the first of them.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ from pocketchat.server.guard import Guard, send_error, send_json
 from pocketchat.server.host import EngineHost, Run, Turn, chat_run, completion_run
 from pocketchat.server.protocol import (ChatRequest, CompletionRequest, combined, error_body,
                                         legacy_logprobs, logprob_entries, parse_chat_request,
-                                        parse_completion_request, seeded, timings,
+                                        parse_completion_request, prompt_progress, seeded,
+                                        timings,
                                         tool_call_entries, usage)
 from pocketchat.server.reply import Delta, Reply
 
@@ -195,17 +198,26 @@ class Endpoint:
 
 
 async def answer_one(turn: Turn, run: Run, stops: Sequence[str],
-                     on_delta: Callable[[Delta, bool], Awaitable[None]]) -> Reply:
+                     on_delta: Callable[[Delta, bool], Awaitable[None]],
+                     on_progress: Callable[[Chunk], Awaitable[None]] | None = None) -> Reply:
     """One answer within a turn, stop sequences applied: `on_delta(delta, first)` gets each
-    piece (the first once the engine has read the prompt); errors before that are raised."""
+    piece (the first once the engine has read the prompt); errors before that are raised.
+    While a long prompt is read, `on_progress(chunk)` (when given) gets its progress chunks."""
     async with turn.answer(run) as answer:
         chunks = aiter(answer)
         first = await anext(chunks)
+        while first.progress is not None:  # the prompt being read: no text yet
+            refuse_dropped(first)
+            if on_progress is not None:
+                await on_progress(first)
+            first = await anext(chunks)
         if first.finish_reason == "error":
             raise chunk_error(first)
         refuse_dropped(first)
         reply, last, opening = Reply(stops), first, True
         async for last in _with_first(first, chunks):
+            if last.progress is not None:
+                continue
             await on_delta(reply.feed(last), opening)
             opening = False
             if reply.stopped:
@@ -281,7 +293,15 @@ class ChatCompletions(Endpoint):
                 await out.event(event(delta, logprobs={"content": logprob_entries(lps), "refusal": None}
                                       if lps else None))
 
-        reply = await answer_one(turn, run, request.stop, on_delta)
+        async def on_progress(chunk: Chunk) -> None:  # llama.cpp's shape (return_progress)
+            if not out.started:
+                await out.start_events()
+            assert chunk.progress is not None
+            await out.event(event({"role": "assistant", "content": None},
+                                  prompt_progress=prompt_progress(chunk.progress, chunk.stats)))
+
+        reply = await answer_one(turn, run, request.stop, on_delta,
+                                 on_progress if request.return_progress else None)
         await out.event(event({}, reply.finish_reason, timings=timings(reply.stats)))
         return reply
 
@@ -336,7 +356,15 @@ class Completions(Endpoint):
                 await out.event(event(d.content, logprobs=lps))
                 offset += len(d.content)
 
-        reply = await answer_one(turn, run, request.stop, on_delta)
+        async def on_progress(chunk: Chunk) -> None:
+            if not out.started:
+                await out.start_events()
+            assert chunk.progress is not None
+            await out.event({**event(""), "prompt_progress": prompt_progress(chunk.progress,
+                                                                             chunk.stats)})
+
+        reply = await answer_one(turn, run, request.stop, on_delta,
+                                 on_progress if request.return_progress else None)
         if request.stream:
             await out.event(event("", _legacy_finish(reply.finish_reason)))
         return reply

@@ -26,7 +26,8 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from pocketchat.engines.types import ChatOptions, Message, Stats, TokenLogprob, ToolCall
+from pocketchat.engines.types import (ChatOptions, Message, PromptProgress, Stats, TokenLogprob,
+                                      ToolCall)
 from pocketchat.errors import ApiError
 
 MAX_STOPS = 4
@@ -59,6 +60,7 @@ class ChatRequest:
     stop: tuple[str, ...] = ()
     n: int = 1
     logprobs: bool = False  # send choices[].logprobs (options.logprobs holds top_logprobs)
+    return_progress: bool = False  # stream `prompt_progress` events while the prompt is read
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,7 @@ class CompletionRequest:
     n: int = 1
     echo: bool = False
     logprobs: int | None = None  # legacy: None off, N the alternatives per token (0..5)
+    return_progress: bool = False  # stream `prompt_progress` events while the prompt is read
 
 
 def bad(message: str, param: str | None = None, code: str | None = None) -> ApiError:
@@ -434,7 +437,7 @@ def parse_chat_request(body: bytes) -> ChatRequest:
     )
     return ChatRequest(messages=messages, options=options, model=model, stream=stream,
                        include_usage=include_usage, stop=_stops(data.get("stop")), n=n,
-                       logprobs=logprobs)
+                       logprobs=logprobs, return_progress=stream and bool(_flag(data, "return_progress")))
 
 
 def parse_completion_request(body: bytes) -> CompletionRequest:
@@ -459,10 +462,20 @@ def parse_completion_request(body: bytes) -> CompletionRequest:
     return CompletionRequest(prompt=prompt, options=options, model=model, stream=stream,
                              include_usage=include_usage, stop=_stops(data.get("stop")),
                              n=_integer(data, "n", 1, MAX_N) or 1, echo=bool(_flag(data, "echo")),
-                             logprobs=logprobs)
+                             logprobs=logprobs,
+                             return_progress=stream and bool(_flag(data, "return_progress")))
 
 
 # -- answers ------------------------------------------------------------------------------------
+
+
+def prompt_progress(progress: PromptProgress, stats: Stats) -> dict[str, int]:
+    """llama.cpp's `prompt_progress` object: the whole prompt (`total`), the part reused from
+    the cache (`cache`), the tokens in the model's state so far (`processed`, the cached ones
+    included) and the milliseconds since the prompt's evaluation began (`time_ms`)."""
+    return {"total": stats.prompt_length, "cache": stats.reused_tokens,
+            "processed": stats.reused_tokens + progress.done,
+            "time_ms": int(progress.seconds * 1000)}
 
 
 def usage(stats: Stats) -> dict[str, Any]:
