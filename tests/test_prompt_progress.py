@@ -95,9 +95,9 @@ def test_the_status_bar_shows_the_prompt_being_read_and_esc_stops_it(starter_fac
     run(scenario())
 
 
-def _oneshot(stderr_is_terminal: bool, tmp_path) -> tuple[int, str, str]:
-    """`pocketchat --model starter -p ...` with a long document piped in; (exit code, stdout,
-    what reached stderr)."""
+def _cli(args: list[str], stdin: str, stderr_is_terminal: bool, tmp_path) -> tuple[int, str, str]:
+    """`python -m pocketchat ARGS` with `stdin` piped in and stderr a terminal (a pty) or a
+    file; (exit code, stdout, what reached stderr)."""
     import os
     import subprocess
     import sys
@@ -105,13 +105,12 @@ def _oneshot(stderr_is_terminal: bool, tmp_path) -> tuple[int, str, str]:
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[1]
-    args = [sys.executable, "-m", "pocketchat", "--model", "starter", "--ctx", "4096",
-            "--no-think", "-p", "Say one word."]
+    args = [sys.executable, "-m", "pocketchat", *args]
     env = {**os.environ, "PYTHONPATH": str(repo), "HF_HUB_OFFLINE": "1"}
     if not stderr_is_terminal:
         log = tmp_path / "err.log"
         with open(log, "wb") as err:
-            done = subprocess.run(args, input=long_message(350).encode(), stdout=subprocess.PIPE,
+            done = subprocess.run(args, input=stdin.encode(), stdout=subprocess.PIPE,
                                   stderr=err, timeout=300, env=env, cwd=repo)
         return done.returncode, done.stdout.decode(), log.read_text()
     master, slave = os.openpty()
@@ -132,10 +131,16 @@ def _oneshot(stderr_is_terminal: bool, tmp_path) -> tuple[int, str, str]:
     proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=slave,
                             env=env, cwd=repo)
     os.close(slave)
-    out, _ = proc.communicate(long_message(350).encode(), timeout=300)
+    out, _ = proc.communicate(stdin.encode(), timeout=300)
     reader.join(10)
     os.close(master)
     return proc.returncode, out.decode(), b"".join(seen).decode(errors="replace")
+
+
+def _oneshot(stderr_is_terminal: bool, tmp_path) -> tuple[int, str, str]:
+    """`pocketchat --model starter -p ...` with a long document piped in."""
+    return _cli(["--model", "starter", "--ctx", "4096", "--no-think", "-p", "Say one word."],
+                long_message(350), stderr_is_terminal, tmp_path)
 
 
 def test_dash_p_shows_the_prompt_progress_on_a_terminal_stderr_only(tmp_path):
@@ -190,3 +195,12 @@ def test_serve_streams_prompt_progress_before_the_first_token_only_when_asked(tm
         assert plain[0].choices[0].delta.role == "assistant"
         assert "".join(e.choices[0].delta.content or "" for e in plain if e.choices)
         assert plain[-1].model_extra["timings"]["prompt_n"] > 1024  # it was read again
+
+
+def test_bench_shows_each_prompt_being_read_on_a_terminal(tmp_path):
+    pytest.importorskip("llama_cpp")
+    code, out, err = _cli(["bench", "--model", "starter", "-p", "1100", "-n", "2", "-r", "1"],
+                          "", True, tmp_path)
+    assert code == 0 and "pp1100" in out, err
+    assert PROGRESS.search(err) and "tok/s" in err and "left" in err, err
+    assert not PROGRESS.search(out)

@@ -4,7 +4,8 @@ Headless, through the same worker engine the chat uses, so the figures are what 
 gets. pp: a fresh prompt of about N tokens (a random word list, so no cache reuse), tok/s =
 prompt tokens / prompt time from llama.cpp's counters. tg: N tokens generated past
 end-of-text, tok/s = generated tokens / decode time. Each test runs `-r` times after one
-warm-up; the table shows mean and standard deviation.
+warm-up; the table shows mean and standard deviation. On a terminal's stderr (not with
+--json), one line shows the model loading and each pp prompt being read.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import statistics
 import sys
 from dataclasses import dataclass, replace
 
+from pocketchat.commands.statusline import StatusLine
 from pocketchat.commands.turns import WORDS
 from pocketchat.commands.turns import final_chunk as _last
 from pocketchat.textsafe import visible
@@ -70,8 +72,10 @@ def _words(rng: random.Random, n: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(max(1, n)))
 
 
-def bench_pp(engine, n_prompt: int, reps: int, rng: random.Random) -> Result:
-    """Prompt speed on fresh prompts of about n_prompt tokens (calibrated on the first run)."""
+def bench_pp(engine, n_prompt: int, reps: int, rng: random.Random,
+             status: StatusLine | None = None) -> Result:
+    """Prompt speed on fresh prompts of about n_prompt tokens (calibrated on the first run);
+    `status` shows each prompt being read (a terminal's stderr only)."""
     from pocketchat.engines.types import ChatOptions, Message
 
     n_prompt = max(1, min(n_prompt, engine.info.n_ctx - 8))  # the prompt fits the context
@@ -80,7 +84,12 @@ def bench_pp(engine, n_prompt: int, reps: int, rng: random.Random) -> Result:
     tokens = 0
     for i in range(reps + 2):  # two calibration runs, then the measured ones
         text = f"{rng.randrange(10**9)} " + _words(rng, words)
-        final = _last(engine.chat([Message("user", text)], ChatOptions(max_tokens=1)))
+        status = status or StatusLine(quiet=True)
+        try:
+            final = _last(engine.chat([Message("user", text)], ChatOptions(max_tokens=1)),
+                          status.prompt)
+        finally:
+            status.clear()
         s = final.stats
         if s.prompt_tokens and i < 2:
             words = max(1, round(words * n_prompt / max(1, s.prompt_length or s.prompt_tokens)))
@@ -163,11 +172,16 @@ def _measure(plan, choice, args: argparse.Namespace):
 
     if not args.json:
         print(visible(f"loading {choice.label} ({plan.describe()}) ..."), file=sys.stderr)
-    engine = open_engine(plan, choice.path, name=choice.label, in_process=args.in_process)
+    status = StatusLine(quiet=args.json)
+    try:
+        engine = open_engine(plan, choice.path, name=choice.label, in_process=args.in_process,
+                             on_progress=status.load)
+    finally:
+        status.clear()
     try:
         rng = random.Random(1234)
         _last(engine.chat([Message("user", "Hi")], ChatOptions(max_tokens=4)))  # warm-up
-        results = [bench_pp(engine, args.n_prompt, args.repetitions, rng),
+        results = [bench_pp(engine, args.n_prompt, args.repetitions, rng, status),
                    bench_tg(engine, args.n_gen, args.repetitions, rng)]
     except HelperGone as exc:
         raise HelperGone(exc.message, endpoint=exc.endpoint, exitcode=exc.exitcode,

@@ -18,12 +18,13 @@ LOAD_WORDS = {"checking": "Checking the model file", "loading": "Loading the mod
 
 class StatusLine:
     """`show(text)` rewrites the line (at most every `interval_s`, `force` always); `clear()`
-    wipes it."""
+    wipes it; `quiet`: never writes (a caller whose output is JSON)."""
 
-    def __init__(self, stream: TextIO | None = None, *, interval_s: float = 0.2) -> None:
+    def __init__(self, stream: TextIO | None = None, *, interval_s: float = 0.2,
+                 quiet: bool = False) -> None:
         self.stream = stream or sys.stderr
         try:
-            self.tty = bool(self.stream.isatty())
+            self.tty = not quiet and bool(self.stream.isatty())
         except (ValueError, OSError):
             self.tty = False
         self.interval_s = interval_s

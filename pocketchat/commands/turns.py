@@ -47,13 +47,15 @@ def message_tokens(n_ctx: int, turns: int) -> int:
     return max(8, min(MESSAGE_TOKENS, room))
 
 
-def final_chunk(chunks) -> Any:
-    """The last chunk of a benchmark answer; EngineError when it failed."""
+def final_chunk(chunks, on_progress: Any = None) -> Any:
+    """The last chunk of a benchmark answer (`on_progress(PromptProgress)` sees the prompt
+    being read); EngineError when it failed."""
     from pocketchat.errors import EngineError
 
     final = None
     for final in chunks:
-        pass
+        if final.progress is not None and on_progress is not None:
+            on_progress(final.progress)
     if final is None or final.finish_reason == "error":
         raise EngineError(f"the benchmark answer failed: {final.error if final else 'no output'}")
     return final
