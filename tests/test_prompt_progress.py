@@ -204,3 +204,44 @@ def test_bench_shows_each_prompt_being_read_on_a_terminal(tmp_path):
     assert code == 0 and "pp1100" in out, err
     assert PROGRESS.search(err) and "tok/s" in err and "left" in err, err
     assert not PROGRESS.search(out)
+
+
+def test_loading_reports_llama_cpps_fraction_and_the_loading_screen_shows_it(starter_gguf):
+    pytest.importorskip("llama_cpp")
+    import threading
+
+    from support.scripted_engine import ScriptedEngine
+    from support.uitools import SIZE
+    from pocketchat.engines.worker import WorkerEngine
+    from support.engine_makers import llama_plan
+    from pocketchat.ui.app import create_app
+    from pocketchat.ui.screens import LoadingScreen
+
+    seen: list[tuple[str, float]] = []
+    WorkerEngine(llama_plan(1024), starter_gguf, on_progress=lambda *p: seen.append(p)).close()
+    loading = [f for stage, f in seen if stage == "loading"]
+    assert loading and loading == sorted(loading) and loading[-1] == 1.0, seen
+    assert seen[-1] == ("ready", 1.0)
+
+    go = threading.Event()
+
+    def factory(on_progress):
+        for stage, fraction in seen:  # what the real load reported, then held at 42%
+            if stage == "loading" and fraction < 0.42:
+                on_progress(stage, fraction)
+        on_progress("loading", 0.42)
+        go.wait(20)
+        return ScriptedEngine()
+
+    async def scenario():
+        app = create_app(factory, memory_probe=lambda: 1)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, LoadingScreen)
+                           and app.screen.fraction == 0.42, what="the load's fraction")
+            await pilot.pause()
+            shown = str(app.screen.query_one("#loading-elapsed").render())
+            assert shown.startswith("42% ") and "Ctrl+Q quits" in shown, shown
+            go.set()
+            await ready(pilot)
+
+    run(scenario())

@@ -185,8 +185,9 @@ class Session:
             hooks.note(note)
         hooks.status(f"Loading {choice.label}")
 
-    def open_engine(self) -> Engine:
-        """The engine for the choice; after a helper went away (Ctrl+R), without it if it is still gone."""
+    def open_engine(self, on_progress: Callable[[str, float], None] | None = None) -> Engine:
+        """The engine for the choice; after a helper went away (Ctrl+R), without it if it is
+        still gone; `on_progress(stage, fraction)` sees the load."""
         from pocketchat.engines import open_engine
 
         assert self.choice is not None, "prepare() runs first"
@@ -201,7 +202,7 @@ class Session:
         from pocketchat.ui.streaming import CHUNK_INTERVAL
 
         engine = open_engine(plan, self.choice.path, name=self.choice.label,
-                             chunk_interval=CHUNK_INTERVAL)
+                             chunk_interval=CHUNK_INTERVAL, on_progress=on_progress)
         self.engine = engine
         return engine
 

@@ -110,7 +110,8 @@ def _load(plan: LoadPlan, path: str, name: str | None, send: Callable[[tuple], N
 
     def progress(stage: str, fraction: float) -> None:
         now = time.monotonic()
-        if stage != last_progress[1] or now - last_progress[0] >= PROGRESS_SECONDS:
+        if (stage != last_progress[1] or fraction >= 1.0
+                or now - last_progress[0] >= PROGRESS_SECONDS):  # the end always goes
             last_progress[:] = [now, stage]
             send(("progress", stage, fraction))
 

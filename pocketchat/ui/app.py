@@ -28,6 +28,7 @@ from pocketchat.ui.messages import (
     EngineFailed,
     EngineLost,
     EngineReady,
+    LoadProgress,
     StartupNote,
     StartupProgress,
     StartupStatus,
@@ -154,6 +155,11 @@ class ChatApp(App[int]):
             self.switch_screen(LoadingScreen(message.text))
         elif isinstance(screen, LoadingScreen):
             screen.set_what(message.text)
+
+    def on_load_progress(self, message: LoadProgress) -> None:
+        screen = self._startup_screen()
+        if isinstance(screen, LoadingScreen):
+            screen.set_progress(message.stage, message.fraction)
 
     def on_startup_note(self, message: StartupNote) -> None:
         self.chat.notice(message.text, kind="warning")

@@ -49,3 +49,11 @@ class StartupStatus(Message):
     def __init__(self, text: str) -> None:
         super().__init__()
         self.text = text
+
+
+class LoadProgress(Message):
+    """How far the model's load is: the engine's `on_progress(stage, fraction)`."""
+
+    def __init__(self, stage: str, fraction: float) -> None:
+        super().__init__()
+        self.stage, self.fraction = stage, fraction

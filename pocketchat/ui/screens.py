@@ -24,7 +24,7 @@ from textual.widgets.option_list import Option
 
 from pocketchat.conversations import Conversation
 from pocketchat.textsafe import one_line, pasted, visible
-from pocketchat.ui.format import human_bytes, human_duration
+from pocketchat.ui.format import human_bytes, human_duration, meter
 from pocketchat.ui.widgets import PromptInput
 
 
@@ -67,6 +67,7 @@ class LoadingScreen(KeepsTyping, Screen):
         super().__init__(classes="startup")
         self.what = what
         self._started = time.monotonic()
+        self.fraction: float | None = None  # of the model file loaded, as the engine reports it
 
     def compose(self) -> ComposeResult:
         with Middle(), Center(classes="startup-box"):
@@ -82,9 +83,21 @@ class LoadingScreen(KeepsTyping, Screen):
         self.what = what
         self.query_one("#loading-title", Label).update(one_line(what))
 
+    def set_progress(self, stage: str, fraction: float) -> None:
+        """The engine's load progress ("loading", 0..1); other stages change nothing shown."""
+        if stage == "loading":
+            self.fraction = min(max(fraction, 0.0), 1.0)
+            self._tick()
+
+    def figures(self) -> str:
+        """'42% ████▏░░░░░ · 3.1 s · Ctrl+Q quits' (the share once the engine reports one)."""
+        elapsed = f"{human_duration(time.monotonic() - self._started)} · Ctrl+Q quits"
+        if self.fraction is None:
+            return elapsed
+        return f"{self.fraction * 100:.0f}% {meter(self.fraction, 10)} · {elapsed}"
+
     def _tick(self) -> None:
-        elapsed = time.monotonic() - self._started
-        self.query_one("#loading-elapsed", Label).update(f"{human_duration(elapsed)} · Ctrl+Q quits")
+        self.query_one("#loading-elapsed", Label).update(self.figures())
 
 
 class DownloadScreen(KeepsTyping, Screen):

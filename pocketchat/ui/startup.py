@@ -8,6 +8,7 @@ until the load ends. A daemon thread lets Ctrl+Q quit at once.
 from __future__ import annotations
 
 import concurrent.futures
+import inspect
 import sys
 import time
 from typing import Callable
@@ -32,13 +33,14 @@ from pocketchat.ui.priority import launcher
 from pocketchat.ui.messages import (
     EngineFailed,
     EngineReady,
+    LoadProgress,
     StartupNote,
     StartupProgress,
     StartupStatus,
 )
 from pocketchat.ui.screens import ConfirmScreen
 
-EngineFactory = Callable[[], Engine]
+EngineFactory = Callable[..., Engine]  # () or (on_progress=...) -> the loaded engine
 
 # Errors about what the user asked for: the chat cannot go on, the CLI prints them and exits 1.
 FATAL_AT_START: tuple[type[BaseException], ...] = (
@@ -111,12 +113,29 @@ def prestart_process_helpers() -> None:
         pass
 
 
+def open_with_progress(app: App, factory: EngineFactory) -> Engine:
+    """`factory()`, with the load's progress posted to `app` when the factory takes
+    `on_progress(stage, fraction)`."""
+    try:
+        takes = "on_progress" in inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        takes = False
+    if not takes:
+        return factory()
+
+    def on_progress(stage: str, fraction: float) -> None:
+        app.post_message(LoadProgress(stage, fraction))
+
+    return factory(on_progress=on_progress)
+
+
 def start_engine(
     app: App,
     factory: EngineFactory,
     prepare: Callable[[StartupHooks], object] | None,
 ) -> None:
-    """Run `prepare` (when given) then `factory` in the launcher thread; post the outcome.
+    """Run `prepare` (when given) then `factory` in the launcher thread; post the outcome
+    (and the load's progress, see `open_with_progress`).
 
     The launcher's daemon thread keeps the normal CPU priority, so the worker it spawns does
     too when the UI's threads are lowered (see priority.py).
@@ -127,7 +146,7 @@ def start_engine(
             if prepare is not None:
                 prepare(StartupHooks(app))
             app.post_message(StartupStatus("Loading the model"))
-            engine = factory()
+            engine = open_with_progress(app, factory)
         except BaseException as exc:  # noqa: BLE001 - every failure is shown in the app
             app.post_message(EngineFailed(exc))
             return
