@@ -245,3 +245,72 @@ def test_loading_reports_llama_cpps_fraction_and_the_loading_screen_shows_it(sta
             await ready(pilot)
 
     run(scenario())
+
+
+def test_the_status_bar_says_a_saved_state_is_being_restored(tiny_qwen35):
+    import threading
+
+    from support.uitools import answered
+    from pocketchat import conversations
+    from pocketchat.engines import open_engine
+    from pocketchat.types import LoadPlan
+    from pocketchat.ui.app import create_app
+
+    plan = LoadPlan(backend="llama.cpp", placement="cpu", n_gpu_layers=0, n_ctx=2048,
+                    n_threads=1, n_threads_batch=1)
+    options = ChatOptions(temperature=0.0, max_tokens=4)
+
+    async def first():
+        app = create_app(lambda: open_engine(plan, tiny_qwen35, name="tiny"), thinking=False,
+                         options=options)
+        async with app.run_test(size=(120, 30)) as pilot:
+            await ready(pilot, timeout=60)
+            await send(pilot, "Tell me about the number 17.")
+            await answered(pilot, timeout=60)
+        return app.conversation
+
+    held: list = []
+
+    async def keep():
+        held.append(await first())
+
+    run(keep())
+    conversation = conversations.load(held[0].id)
+    assert conversation.state_path.exists()
+    gate = threading.Event()
+
+    class Gated:  # the real engine; its state load waits until the test has looked
+        def __init__(self) -> None:
+            self.inner = open_engine(plan, tiny_qwen35, name="tiny")
+            self.info = self.inner.info
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def chat(self, *a, **k):
+            return self.inner.chat(*a, **k)
+
+        def cancel(self):
+            self.inner.cancel()
+
+        def close(self):
+            self.inner.close()
+
+        def save_state(self, path):
+            return self.inner.save_state(path)
+
+        def load_state(self, path):
+            gate.wait(30)
+            return self.inner.load_state(path)
+
+    async def second():
+        app = create_app(Gated, conversation=conversation, thinking=False, options=options)
+        async with app.run_test(size=(120, 30)) as pilot:
+            await ready(pilot, timeout=60)
+            await wait_for(pilot, lambda: status_text(app).startswith(
+                "Restoring the chat's saved model state ("), 10, "the restore in the status bar")
+            gate.set()
+            await wait_for(pilot, lambda: status_text(app).startswith("Ready"), 30,
+                           "the restore's end")
+
+    run(second())

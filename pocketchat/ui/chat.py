@@ -25,7 +25,7 @@ from pocketchat.errors import EngineCrashed, HelperGone
 from pocketchat.engines.types import ChatOptions, Engine, EngineInfo
 from pocketchat.ui import modelstate
 from pocketchat.ui.follow import Follower
-from pocketchat.ui.format import describe_error, prompt_progress_line
+from pocketchat.ui.format import describe_error, human_bytes, prompt_progress_line
 from pocketchat.ui.messages import EngineLost
 from pocketchat.ui.holding import Holding
 from pocketchat.ui.screens import ConversationsScreen, SystemPromptScreen
@@ -47,6 +47,11 @@ ENGINE_WAIT = 120.0  # the longest a new answer waits for a state save or load t
 SHOW_WAIT = 1.0  # the longest a new answer waits for the screen to show the message
 STATUS_INTERVAL = 0.5  # the status bar's figures change at most twice a second while streaming
 RESTART_HINT = "Ctrl+R restarts the engine (this conversation is kept); Ctrl+N starts a new chat."
+
+
+def restoring_line(size: int | None = None) -> str:
+    """The status while a saved model state loads (llama.cpp reports no progress for it)."""
+    return "Restoring the chat's saved model state" + (f" ({human_bytes(size)})" if size else "")
 
 
 class Chat(Vertical):
@@ -225,6 +230,8 @@ class Chat(Vertical):
         state = "Answering" if view.text else "Thinking" if view.thinking else "Waiting for the first token"
         if stream.cancelled and not view.text:
             state = "Stopping"  # Esc: what it said at once stays until the answer ends
+        elif not self._restored.is_set() and not view.text:
+            state = restoring_line()  # the answer waits for the state it goes on from
         elif update.progress is not None and not view.text and not view.thinking:
             p = update.progress
             state = prompt_progress_line(p.done, p.total, p.tok_s, p.seconds_left)
@@ -336,9 +343,13 @@ class Chat(Vertical):
             last = self.last_stream
             if last is not None:
                 await asyncio.to_thread(last.wait_settled, ENGINE_WAIT)
+            if self.stream is None and conversation.state_path.exists():
+                self.idle_status(restoring_line(conversation.state_path.stat().st_size))
             result = await asyncio.to_thread(modelstate.restore, engine, conversation)
         finally:
             done.set()
+            if self.stream is None and self.query(StatusBar):
+                self.idle_status()
         if result is not None and conversation is self.conversation and engine is self.engine:
             self.notice(result.text, kind="info")
 
