@@ -314,3 +314,32 @@ def test_the_status_bar_says_a_saved_state_is_being_restored(tiny_qwen35):
                            "the restore's end")
 
     run(second())
+
+
+def test_the_chat_in_a_terminal_shows_a_4000_token_prompt_being_read_within_a_second(tmp_path):
+    """The real CLI in tmux on the starter: a pasted 4,000-token message, then Enter: the
+    progress is on the screen within a second, moves on, and Esc stops it."""
+    from support import terminal
+
+    text_file = tmp_path / "long.txt"
+    text_file.write_text(long_message(1030))
+    with terminal.starter_chat(tmp_path, "--ctx 8192", size=(160, 34)) as (tmux, exit_file):
+        tmux("load-buffer", "-b", "long", str(text_file))
+        tmux("paste-buffer", "-p", "-b", "long", "-t", "e2e")  # bracketed, as a terminal pastes
+        tmux.wait_for(lambda s: "Say one word." in s, 30, "the paste")
+        tmux("send-keys", "-t", "e2e", "Enter")
+        sent = time.monotonic()
+        screen = tmux.wait_for(lambda s: PROGRESS.search(s), 5, "the prompt's progress")
+        shown_after = time.monotonic() - sent
+        done, total = (int(g.replace(",", "")) for g in PROGRESS.search(screen).groups())
+        print(f"progress on screen {shown_after:.2f} s after Enter: {PROGRESS.search(screen).group(0)}")
+        assert shown_after < 1.0, (shown_after, screen)
+        assert total >= 3900, screen
+        screen = tmux.wait_for(lambda s: (m := PROGRESS.search(s)) and m.group(1) != "0", 90,
+                               "a piece of the prompt read")
+        line = next(ln for ln in screen.splitlines() if PROGRESS.search(ln))
+        assert re.search(r"· \d+ tok/s · .+ left", line), line
+        tmux("send-keys", "-t", "e2e", "Escape")
+        tmux.wait_for(lambda s: "Stopped" in s and not PROGRESS.search(s), 10, "Esc to stop it")
+        tmux("send-keys", "-t", "e2e", "C-q")
+        assert terminal.wait_file(exit_file, 30), tmux.screen()
