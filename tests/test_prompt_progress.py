@@ -343,3 +343,39 @@ def test_the_chat_in_a_terminal_shows_a_4000_token_prompt_being_read_within_a_se
         tmux.wait_for(lambda s: "Stopped" in s and not PROGRESS.search(s), 10, "Esc to stop it")
         tmux("send-keys", "-t", "e2e", "C-q")
         assert terminal.wait_file(exit_file, 30), tmux.screen()
+
+
+def test_pieces_keep_the_checkpoint_of_a_recurrent_model(tiny_qwen35):
+    """POCKET's architecture (recurrent layers: a state cut back only to a checkpoint): a long
+    prompt read piece by piece still leaves the checkpoint at the end of the last user message,
+    so the next turn reuses the whole conversation before it; greedy answers equal those of an
+    engine that read the prompt in one go (a piece larger than the prompt)."""
+    from dataclasses import replace
+
+    from pocketchat.engines.llamacpp.engine import LlamaCppEngine
+    from pocketchat.types import LoadPlan
+
+    plan = LoadPlan(backend="llama.cpp", placement="cpu", n_gpu_layers=0, n_ctx=4096,
+                    n_threads=2, n_threads_batch=2, n_batch=128)
+    opts = ChatOptions(max_tokens=6, thinking=False, temperature=0.0)
+    first = [Message("user", long_message(150))]
+    answers = {}
+    for name, p in (("pieces", plan), ("whole", replace(plan, n_batch=4096))):
+        engine = LlamaCppEngine(p, tiny_qwen35, name="tiny")
+        try:
+            chunks = list(engine.chat(first, opts))
+            progress = [c.progress for c in chunks if c.progress is not None]
+            assert bool(progress) == (name == "pieces")
+            answer = "".join(c.text for c in chunks)
+            length = chunks[-1].stats.prompt_length
+            mark = len(engine.cache.checkpoint_tokens)  # the end of the user message
+            assert length - 32 < mark < length and mark % 128 != 0, (mark, length)
+            second = [*first, Message("assistant", answer), Message("user", "And then?")]
+            again = list(engine.chat(second, opts))
+            s = again[-1].stats
+            assert s.reused_tokens >= chunks[-1].stats.prompt_length - 1, s
+            assert all(c.progress is None for c in again)  # only the new turn is read
+            answers[name] = (answer, "".join(c.text for c in again))
+        finally:
+            engine.close()
+    assert answers["pieces"] == answers["whole"]
