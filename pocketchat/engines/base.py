@@ -219,7 +219,7 @@ class EngineBase:
         cannot copy a whole sequence state)."""
         budget = int(getattr(self.plan, "prompt_cache_bytes", 0) or 0)
         if not hasattr(self.cache.ops, "save_seq"):
-            return PromptCache(0, note="the prompt cache across conversations is llama.cpp only")
+            return PromptCache(0, note="this backend cannot copy its sequence state: no prompt cache across conversations")
         return PromptCache(budget)
 
     def status(self) -> dict:
