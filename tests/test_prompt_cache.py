@@ -117,12 +117,17 @@ def test_the_longest_parked_prefix_wins_and_only_a_prefix():
     assert pc.find([2, 3]) is None
 
 
-def test_parking_a_conversation_further_on_drops_its_earlier_entry_but_not_a_shared_one():
-    pc = PromptCache(10_000)
-    pc.put([1, 2], "system", 20, shared=True)
-    pc.put([1, 2, 3], "turn 1", 30)
-    pc.put([1, 2, 3, 4, 5], "turn 2", 50)
-    assert pc.keys() == [(1, 2), (1, 2, 3, 4, 5)]
+def test_a_conversation_parked_further_on_replaces_its_entry_and_no_other():
+    seq = FakeSeq(trimmable=False)
+    live = PrefixCache(seq)
+    pc = PromptCache(100_000)
+    answer(pc, live, seq, [1, 1, 1])
+    answer(pc, live, seq, [2, 2])  # parks (1, 1, 1)
+    answer(pc, live, seq, [1, 1, 1, 3])  # parks (2, 2), continues from (1, 1, 1)
+    answer(pc, live, seq, [1, 1])  # a third conversation, behind the first: parks (1, 1, 1, 3)
+    assert pc.keys() == [(2, 2), (1, 1, 1, 3)]
+    answer(pc, live, seq, [2, 2, 2])  # parks (1, 1): the first conversation's entry stays
+    assert sorted(pc.keys()) == [(1, 1), (1, 1, 1, 3), (2, 2)]
 
 
 def test_off_with_budget_zero():

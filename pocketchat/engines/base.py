@@ -387,8 +387,11 @@ class EngineBase:
         pc = self.prompt_cache
         if not pc.enabled or len(messages) < 2 or messages[0].role != "system":
             return None
-        head = self._encode(self._render(messages[:1], opts.thinking, generation=False,
-                                         options=opts))
+        try:  # a template may refuse a conversation without a user message
+            head = self._encode(self._render(messages[:1], opts.thinking, generation=False,
+                                             options=opts))
+        except Exception:  # noqa: BLE001 - then no shared prefix is kept
+            return None
         if pc.min_shared <= len(head) < len(tokens) and tokens[: len(head)] == head:
             return len(head)
         return None
@@ -466,7 +469,8 @@ class EngineBase:
         gen = None
         try:
             self._begin(merge_sampling(self.plan.sampling, opts), control)
-            self.prompt_cache.prepare(self.cache, tokens, at_boundary=progress.settled)
+            if self.prompt_cache.prepare(self.cache, tokens, at_boundary=progress.settled):
+                progress.prepared = 0  # another conversation's state: none prepared for it
             progress.kept = start = self.cache.prepare(tokens).keep
             if max_new <= 0:
                 return "length", Piece()

@@ -14,7 +14,7 @@ the only way back to a point without re-reading it), keyed by their exact token 
   past it, and every conversation that starts with it continues from there;
 - a prompt continues from the longest parked prefix of it, when that is longer than what the
   live state (or one of its checkpoints) gives; the parked copy stays (a cancelled answer loses
-  nothing) and is dropped when the same conversation is parked again further on;
+  nothing) and is dropped when the state that came from it is parked again further on;
 - entries are bounded in bytes (`budget`): least recently used go first; a state larger than
   the budget is never kept, so the bytes held never exceed the budget. Budget 0: off.
 
@@ -67,6 +67,7 @@ class PromptCache:
         self._entries: OrderedDict[tuple[int, ...], Entry] = OrderedDict()  # oldest first
         self._bytes = 0
         self._lock = threading.Lock()  # status() may be read from another thread
+        self._origin: dict[int, tuple[int, ...]] = {}  # id(live cache): the entry it came from
         self.hits = 0
         self.misses = 0
 
@@ -90,28 +91,25 @@ class PromptCache:
 
     def find(self, prompt: Sequence[int], *, limit: int | None = None) -> Entry | None:
         """The longest entry whose tokens are a prefix of `prompt` and at most `limit` long."""
+        prompt = tuple(prompt)
         limit = len(prompt) if limit is None else limit
         best: Entry | None = None
         with self._lock:
             for key, entry in self._entries.items():
                 if (len(key) <= limit and (best is None or len(key) > len(best.tokens))
-                        and common_prefix(key, prompt) == len(key)):
+                        and prompt[: len(key)] == key):
                     best = entry
         return best
 
     def put(self, tokens: Sequence[int], state: Any, nbytes: int, *, shared: bool = False
             ) -> bool:
         """Keep `state` (the state after `tokens`) as the newest entry, evicting the least
-        recently used until it fits; False (nothing kept) when it is larger than the budget.
-        The same conversation's earlier entries (its prefixes, not shared ones) go."""
+        recently used until it fits; False (nothing kept) when it is larger than the budget."""
         key = tuple(tokens)
         if not key or nbytes > self.budget:
             return False
         with self._lock:
             self._drop(key)
-            for old in [k for k, e in self._entries.items()
-                        if not e.shared and len(k) < len(key) and key[: len(k)] == k]:
-                self._drop(old)
             while self._entries and self._bytes + nbytes > self.budget:
                 self._drop(next(iter(self._entries)))
             self._entries[key] = Entry(key, state, nbytes, shared)
@@ -136,20 +134,34 @@ class PromptCache:
         with self._lock:
             self._entries.clear()
             self._bytes = 0
+            self._origin.clear()
 
     # -- with a sequence --------------------------------------------------------------------
 
-    def park(self, ops: SeqOps, tokens: Sequence[int], *, shared: bool = False) -> bool:
+    def park(self, ops: SeqOps, tokens: Sequence[int], *, shared: bool = False,
+             supersedes: Sequence[int] | None = None) -> bool:
         """Copy the sequence state (which holds exactly `tokens`) into the cache; True when
-        it is kept (already there: only marked as used)."""
+        it is kept (already there: only marked as used). `supersedes`: the entry this state
+        was restored from, dropped when it is a shorter prefix of it (the same conversation,
+        further on), unless shared."""
         if not self.enabled or not tokens:
             return False
         if self.touch(tokens):
             return True
-        if ops.seq_bytes() > self.budget:  # never copied only to be thrown away
+        try:
+            if ops.seq_bytes() > self.budget:  # never copied only to be thrown away
+                return False
+            state, nbytes = ops.save_seq()
+        except Exception:  # noqa: BLE001 - a cache: a copy that fails costs time, not the answer
             return False
-        state, nbytes = ops.save_seq()
-        return self.put(tokens, state, nbytes, shared=shared)
+        if not self.put(tokens, state, nbytes, shared=shared):
+            return False
+        old = tuple(supersedes or ())
+        if old and len(old) < len(tokens) and tuple(tokens[: len(old)]) == old:
+            with self._lock:
+                if old in self._entries and not self._entries[old].shared:
+                    self._drop(old)
+        return True
 
     def prepare(self, live: PrefixCache, prompt: Sequence[int], *, leave: int = 1,
                 at_boundary: bool = False) -> Entry | None:
@@ -166,8 +178,10 @@ class PromptCache:
         if entry is not None and len(entry.tokens) <= own:
             entry = None
         leaves = len(cached) > own or entry is not None
-        if leaves and at_boundary and cached:
-            self.park(live.ops, cached)  # type: ignore[arg-type]
+        if leaves:
+            origin = self._origin.pop(id(live), None)
+            if at_boundary and cached:
+                self.park(live.ops, cached, supersedes=origin)  # type: ignore[arg-type]
         if entry is None:
             if leaves or not cached:
                 self.misses += 1
@@ -178,6 +192,7 @@ class PromptCache:
             return None
         self.hits += 1
         self.touch(entry.tokens)
+        self._origin[id(live)] = entry.tokens
         live.tokens = list(entry.tokens)
         live.checkpoints = [c for c in live.checkpoints
                             if common_prefix(c.tokens, entry.tokens) == len(c.tokens)]
