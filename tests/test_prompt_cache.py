@@ -207,3 +207,28 @@ def test_a_restore_that_fails_starts_from_scratch():
     evaluate(live, seq, [1, 2])
     assert answer(pc, live, seq, [5, 5, 5, 6]) == (0, 4)
     assert pc.status()["misses"] == 1 and pc.status()["hits"] == 0
+
+
+@pytest.mark.parametrize("name", ["linux-16gb.json", "linux-64gb.json", "laptop-8gb-7gb-free.json",
+                                  "mac-m3pro-18gb.json"])
+def test_the_default_budget_is_a_quarter_of_the_ram_the_plan_leaves_free_at_most_8_gib(name):
+    from support import PROFILES
+    from pocketchat.select import catalog, fit
+    from pocketchat.select.budget import cpu_budget
+    from pocketchat.select.profile import load_profile
+    from pocketchat.types import GiB
+
+    profile = load_profile(PROFILES / name)
+    chosen = fit.plan(profile, catalog.builds()).recommended
+    assert chosen is not None and chosen.plan is not None
+    free = max(cpu_budget(profile) - chosen.estimated_memory_bytes, 0)
+    assert chosen.plan.prompt_cache_bytes == int(min(free * 0.25, 8 * GiB))
+    assert 0 <= chosen.plan.prompt_cache_bytes <= 8 * GiB
+
+
+def test_serve_refuses_a_negative_budget_with_what_to_do(capsys):
+    from pocketchat import cli
+
+    code = cli.main(["serve", "--offline", "--prompt-cache-mb", "-1"])
+    err = capsys.readouterr().err
+    assert code != 0 and "--prompt-cache-mb" in err and "0 turns it off" in err
