@@ -170,6 +170,18 @@ def test_only_a_state_at_a_message_boundary_is_parked():
     assert pc.keys() == [(2, 2, 2)]
 
 
+def test_a_state_that_ends_mid_answer_is_parked_at_its_newest_checkpoint():
+    seq = FakeSeq(trimmable=False)
+    live = PrefixCache(seq)
+    pc = PromptCache(100_000)
+    answer(pc, live, seq, [1, 1, 1])
+    live.save_checkpoint()  # the end of the user message
+    evaluate(live, seq, [9, 9])  # the answer, cut off: never settled
+    answer(pc, live, seq, [2, 2], settled=False)
+    assert pc.keys() == [(1, 1, 1)]
+    assert answer(pc, live, seq, [1, 1, 1, 5]) == (3, 1)
+
+
 def test_a_live_state_that_the_prompt_extends_is_not_copied():
     seq = FakeSeq()
     live = PrefixCache(seq)

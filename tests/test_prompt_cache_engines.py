@@ -58,14 +58,14 @@ def mlx(budget: int):
                      shared_model(), name="tiny-llama")
 
 
-def take_turns(engine, rounds: int = 3):
+def take_turns(engine, rounds: int = 3, options: ChatOptions = GREEDY):
     """Two conversations in turn; per request: (answer, stats, new message's tokens)."""
     convs = [[Message("system", "You help with bread.")], []]
     rows = []
     for rnd in range(rounds):
         for i, messages in enumerate(convs):
             messages.append(Message("user", f"Conversation {i}, question {rnd}: and then?"))
-            chunks = list(engine.chat(messages, GREEDY))
+            chunks = list(engine.chat(messages, options))
             final = chunks[-1]
             assert final.finish_reason == "length", final.error
             text = "".join(c.text for c in chunks)
@@ -103,6 +103,25 @@ def test_attention_only_llama_cpp():
 
 def test_mlx():
     check(mlx)
+
+
+def test_hybrid_with_answers_that_are_all_reasoning(tiny_qwen35):
+    """Thinking on: the tiny model never closes its reasoning, so no answer is settled; each
+    conversation is parked at its newest checkpoint (the end of its last user message)."""
+    thinking = ChatOptions(temperature=0, max_tokens=6, ignore_eos=True, thinking=True)
+    results = []
+    for budget in (BUDGET, 0):
+        engine = qwen35(tiny_qwen35, budget)
+        try:
+            results.append(take_turns(engine, options=thinking))
+        finally:
+            engine.close()
+    cached, plain = results
+    assert [s.evaluated_tokens for _, s, _ in cached[:2]] == [s.evaluated_tokens for _, s, _ in plain[:2]]
+    for _, stats, new in cached[2:]:
+        assert stats.evaluated_tokens <= new + 2 * SLACK, stats  # + the empty assistant turn
+    assert sum(s.evaluated_tokens for _, s, _ in cached[2:]) * 2 < sum(
+        s.evaluated_tokens for _, s, _ in plain[2:])
 
 
 def test_a_budget_smaller_than_one_state_keeps_nothing_and_loses_nothing(tiny_qwen35):

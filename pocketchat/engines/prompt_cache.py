@@ -7,8 +7,9 @@ copies of whole sequence states (attention KV and recurrent parts together: for 
 the only way back to a point without re-reading it), keyed by their exact token prefix:
 
 - a state is *parked* just before the live state is left for a prompt it does not lead to
-  (another conversation, an edit), when the live state ends at a message boundary (the engine
-  settled it after the answer: it ends where the next prompt goes on);
+  (another conversation, an edit), at a message boundary: where the engine settled it after
+  the answer (it ends where the next prompt goes on), else (an answer cancelled, or all
+  reasoning) back at its newest checkpoint, the end of the last user message;
 - a *shared* prefix: the state at the end of a long first system message (system prompt and
   tools, at least `MIN_SHARED_TOKENS` tokens) is parked the first time a prompt is evaluated
   past it, and every conversation that starts with it continues from there;
@@ -178,10 +179,10 @@ class PromptCache:
         if entry is not None and len(entry.tokens) <= own:
             entry = None
         leaves = len(cached) > own or entry is not None
-        if leaves:
+        if leaves and cached:
             origin = self._origin.pop(id(live), None)
-            if at_boundary and cached:
-                self.park(live.ops, cached, supersedes=origin)  # type: ignore[arg-type]
+            if at_boundary or self._back_to_checkpoint(live):
+                self.park(live.ops, live.tokens, supersedes=origin)  # type: ignore[arg-type]
         if entry is None:
             if leaves or not cached:
                 self.misses += 1
@@ -197,6 +198,16 @@ class PromptCache:
         live.checkpoints = [c for c in live.checkpoints
                             if common_prefix(c.tokens, entry.tokens) == len(c.tokens)]
         return entry
+
+    @staticmethod
+    def _back_to_checkpoint(live: PrefixCache) -> bool:
+        """Bring a state that ends mid-answer (cancelled, or all reasoning) back to its newest
+        checkpoint, the end of the last user message: a boundary. False when it has none."""
+        newest = live.checkpoint_tokens
+        if not newest or live.tokens[: len(newest)] != newest:
+            return False
+        live.truncate(len(newest))
+        return live.tokens == newest
 
     def status(self) -> dict[str, Any]:
         """Live figures: entries, bytes, budget, hits, misses, hit rate."""
