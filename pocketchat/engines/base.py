@@ -219,7 +219,8 @@ class EngineBase:
         cannot copy a whole sequence state)."""
         budget = int(getattr(self.plan, "prompt_cache_bytes", 0) or 0)
         if not hasattr(self.cache.ops, "save_seq"):
-            return PromptCache(0, note="this backend cannot copy its sequence state: no prompt cache across conversations")
+            return PromptCache(0, note="this backend cannot copy its sequence state: no "
+                                       "prompt cache across conversations")
         return PromptCache(budget)
 
     def status(self) -> dict:
