@@ -388,11 +388,17 @@ class EngineBase:
         pc = self.prompt_cache
         if not pc.enabled or len(messages) < 2 or messages[0].role != "system":
             return None
-        try:  # a template may refuse a conversation without a user message
-            head = self._encode(self._render(messages[:1], opts.thinking, generation=False,
-                                             options=opts))
-        except Exception:  # noqa: BLE001 - then no shared prefix is kept
-            return None
+        key = repr((messages[0], opts.thinking, opts.tools, opts.template_kwargs))
+        memo = getattr(self, "_shared_memo", None)
+        if memo is not None and memo[0] == key:
+            head = memo[1]
+        else:
+            try:  # a template may refuse a conversation without a user message
+                head = self._encode(self._render(messages[:1], opts.thinking, generation=False,
+                                                 options=opts))
+            except Exception:  # noqa: BLE001 - then no shared prefix is kept
+                head = []
+            self._shared_memo = (key, head)  # the same system message turn after turn
         if pc.min_shared <= len(head) < len(tokens) and tokens[: len(head)] == head:
             return len(head)
         return None

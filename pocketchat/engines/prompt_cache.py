@@ -173,8 +173,11 @@ class PromptCache:
         if not self.enabled:
             return None
         cached = live.tokens
-        own = plan_reuse(cached, prompt, trimmable=live.trimmable, leave=leave,
-                         checkpoints=[c.tokens for c in live.checkpoints]).keep
+        if len(cached) <= len(prompt) - leave and prompt[: len(cached)] == cached:
+            own = len(cached)  # the prompt goes on from the live state (the usual turn)
+        else:
+            own = plan_reuse(cached, prompt, trimmable=live.trimmable, leave=leave,
+                             checkpoints=[c.tokens for c in live.checkpoints]).keep
         entry = self.find(prompt, limit=max(0, len(prompt) - leave))
         if entry is not None and len(entry.tokens) <= own:
             entry = None
