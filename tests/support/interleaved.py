@@ -5,7 +5,8 @@ client; the first has a long system prompt (`SYSTEM`: 1,000 tokens of the tiny m
 byte-level vocabulary), the second a short one, the third none. A fourth conversation starts
 with the first one's system prompt. Each request asks for a few tokens with thinking off and
 `ignore_eos` (the tiny model's answers are nonsense of a fixed length); what each request
-evaluated is read from `usage`: `prompt_tokens - prompt_tokens_details.cached_tokens`.
+evaluated is read from `usage`: `prompt_tokens - prompt_tokens_details.cached_tokens`, and
+what llama.cpp's own counters saw evaluated from the `timings` extension.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class Row:
     prompt_tokens: int
     cached_tokens: int
     new_tokens: int  # the new user message's text, in tokens (at most its bytes)
+    counted: int  # prompt tokens the engine's own counters saw evaluated (`timings.prompt_n`)
 
     @property
     def evaluated(self) -> int:
@@ -46,8 +48,9 @@ def ask(client: Any, model: str, messages: list[dict], conversation: int, rnd: i
                                        temperature=0, extra_body=OPTIONS)
     messages.append({"role": "assistant", "content": r.choices[0].message.content or ""})
     details = r.usage.prompt_tokens_details
-    return Row(conversation, rnd, r.usage.prompt_tokens, (details.cached_tokens or 0) if details else 0,
-               len(text.encode()))
+    counted = (r.model_extra or {}).get("timings", {}).get("prompt_n", -1)
+    return Row(conversation, rnd, r.usage.prompt_tokens,
+               (details.cached_tokens or 0) if details else 0, len(text.encode()), counted)
 
 
 def run(client: Any, model: str, *, rounds: int = 6, max_tokens: int = 8) -> list[Row]:
