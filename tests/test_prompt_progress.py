@@ -379,3 +379,25 @@ def test_pieces_keep_the_checkpoint_of_a_recurrent_model(tiny_qwen35):
         finally:
             engine.close()
     assert answers["pieces"] == answers["whole"]
+
+
+def test_pieces_park_a_long_system_message_for_other_chats(tiny_qwen35):
+    """The prompt cache's shared prefix (a long first system message) is parked at its exact
+    end when the prompt is read in pieces, and a second chat with it reads only the rest."""
+    from pocketchat.engines.llamacpp.engine import LlamaCppEngine
+    from pocketchat.types import LoadPlan
+
+    plan = LoadPlan(backend="llama.cpp", placement="cpu", n_gpu_layers=0, n_ctx=4096,
+                    n_threads=2, n_threads_batch=2, n_batch=128, prompt_cache_bytes=1 << 30)
+    opts = ChatOptions(max_tokens=3, thinking=False, temperature=0.0)
+    system = Message("system", long_message(120, "rule"))
+    engine = LlamaCppEngine(plan, tiny_qwen35, name="tiny")
+    try:
+        first = list(engine.chat([system, Message("user", "First chat.")], opts))
+        assert any(c.progress is not None for c in first)
+        shared = [e for e in engine.prompt_cache._entries.values() if e.shared]
+        assert len(shared) == 1 and len(shared[0].tokens) % 128 != 0, shared
+        second = list(engine.chat([system, Message("user", "Another chat, other words.")], opts))
+        assert second[-1].stats.reused_tokens >= len(shared[0].tokens), second[-1].stats
+    finally:
+        engine.close()
