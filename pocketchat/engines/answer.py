@@ -82,3 +82,26 @@ class AnswerStream:
             self._waiting = []  # the tokens were the call's text
         self.calls.extend(calls)
         return Piece(text=text, calls=calls, logprobs=logprobs)
+
+
+class TextStream:
+    """A raw continuation's text as it streams (`EngineBase.complete`): every token's text is
+    answer text; no reasoning split, no tool calls. A token holding part of a character waits
+    with its logprob for the text it belongs to; a control token (end of text) has none."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.calls: list[ToolCall] = []  # always empty: a raw continuation calls no tools
+        self._waiting: list[TokenLogprob] = []
+
+    def feed(self, text: str, logprob: TokenLogprob | None = None) -> Piece:
+        if logprob is not None and (text or logprob.bytes):
+            self._waiting.append(logprob)
+        if not text:
+            return Piece()
+        self.text.append(text)
+        logprobs, self._waiting = tuple(self._waiting), []
+        return Piece(text=text, logprobs=logprobs)
+
+    def flush(self) -> Piece:
+        return Piece()

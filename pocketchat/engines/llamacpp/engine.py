@@ -177,6 +177,10 @@ class LlamaCppEngine(EngineBase):
     def _encode(self, text: str) -> list[int]:
         return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
 
+    def _encode_prompt(self, text: str) -> list[int]:
+        """A raw prompt: BOS first when the GGUF asks for it (as llama.cpp's own completion)."""
+        return self._llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
+
     # -- evaluation -------------------------------------------------------------------------
 
     def _decode(self, tokens: Sequence[int], *, logits_last: bool) -> None:
