@@ -24,7 +24,7 @@ calls parsed from the answer (`answer.AnswerStream`), why the answer stopped
 (`Stats.stop_reason`) and the classification of load errors (`load_error`).
 
 A raw prompt (`complete`, the legacy completions endpoint) takes steps 2, 4 and 5 only: the
-text encoded as is (`_encode_prompt`: the beginning-of-text token as the model wants it), no
+text encoded as is (`_prompt_tokens`: the beginning-of-text token as the model wants it), no
 template, no reasoning split, no tools, no settling.
 
 A backend implements only what differs: `_load`, `_apply_template`, `_encode`, `_begin`,
@@ -87,6 +87,7 @@ class SamplingSettings:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     seed: int | None = None
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias added to its logit)
 
     @property
     def greedy(self) -> bool:
@@ -106,7 +107,7 @@ def merge_sampling(defaults: Any, opts: ChatOptions) -> SamplingSettings:
         repeat_penalty=float(pick("repeat_penalty", 1.0)),
         presence_penalty=float(pick("presence_penalty", 0.0)),
         frequency_penalty=float(pick("frequency_penalty", 0.0)),
-        seed=opts.seed,
+        seed=opts.seed, logit_bias=tuple(opts.logit_bias),
     )
 
 
@@ -231,9 +232,11 @@ class EngineBase:
              ) -> Iterator[Chunk]:
         return self._chat(tuple(messages), options or ChatOptions())
 
-    def complete(self, prompt: str, options: ChatOptions | None = None) -> Iterator[Chunk]:
-        """Stream the continuation of `prompt` as raw text (the legacy completions endpoint):
-        no chat template, no reasoning split, no tools; the last chunk carries finish_reason."""
+    def complete(self, prompt: str | Sequence[int], options: ChatOptions | None = None
+                 ) -> Iterator[Chunk]:
+        """Stream the continuation of `prompt` (text, or token ids) as raw text (the legacy
+        completions endpoint): no chat template, no reasoning split, no tools; the last chunk
+        carries finish_reason."""
         return self._chat((), options or ChatOptions(), prompt=prompt)
 
     def cancel(self) -> None:
@@ -264,9 +267,10 @@ class EngineBase:
     def _encode(self, text: str) -> list[int]:
         raise NotImplementedError
 
-    def _encode_prompt(self, text: str) -> list[int]:
-        """A raw prompt's tokens, with the beginning-of-text token when the model wants one."""
-        return self._encode(text)
+    def _prompt_tokens(self, prompt: str | Sequence[int]) -> list[int]:
+        """A raw prompt's tokens: text encoded with the beginning-of-text token when the model
+        wants one, token ids as given (UnsupportedRequest for ids outside the vocabulary)."""
+        return self._encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
 
     def _begin(self, sampling: SamplingSettings, control: TokenControl | None) -> None:
         """Start an answer: reset counters, seed, build the sampler; `control` (the mask and
@@ -301,7 +305,7 @@ class EngineBase:
     # -- one answer -------------------------------------------------------------------------
 
     def _chat(self, messages: tuple[Message, ...], opts: ChatOptions, *,
-              prompt: str | None = None) -> Iterator[Chunk]:
+              prompt: str | Sequence[int] | None = None) -> Iterator[Chunk]:
         if self._closed:
             raise EngineError("the engine is closed", hint="Open the model again.")
         if not self._busy.acquire(blocking=False):
@@ -437,13 +441,13 @@ class EngineBase:
         if finish in ("stop", "length", "tool_calls") and not self._cancel.is_set():
             self._settle(plan, "".join(out.text), tuple(out.calls), opts)
 
-    def _continue_text(self, prompt: str, opts: ChatOptions) -> Iterator[Chunk]:
+    def _continue_text(self, prompt: str | Sequence[int], opts: ChatOptions) -> Iterator[Chunk]:
         """One raw continuation (`complete`): the prompt encoded as is, the cache reused, the
         tokens sampled (logprobs when asked), the stats; the state is not settled after it."""
         started = time.perf_counter()
         prepared, self._prepared, self._settled = self._prepared, 0, False
         try:
-            tokens = self._encode_prompt(prompt)
+            tokens = self._prompt_tokens(prompt)
             if not tokens:
                 raise UnsupportedRequest("the prompt is empty and this model has no "
                                          "beginning-of-text token to start from", param="prompt")

@@ -166,7 +166,8 @@ def _serve(engine: Any, conn: Any, send: Callable[[tuple], None],
     engine.close()
 
 
-def _stream(engine: Any, req: int, messages: Sequence[Message] | str, options: ChatOptions,
+def _stream(engine: Any, req: int, messages: Sequence[Message] | str | Sequence[int],
+            options: ChatOptions,
             send: Callable[[tuple], None], cancelled: set[int],
             chunk_interval: float = FLUSH_SECONDS, kind: str = "chat") -> None:
     """Send one answer's chunks (`kind` "chat": to `messages`; "complete": a raw prompt)."""

@@ -223,11 +223,13 @@ class WorkerEngine:
                          for m in messages)  # frozen: the caller cannot change them later
         return self._chat(snapshot, options or ChatOptions())
 
-    def complete(self, prompt: str, options: ChatOptions | None = None) -> Iterator[Chunk]:
+    def complete(self, prompt: str | Sequence[int], options: ChatOptions | None = None
+                 ) -> Iterator[Chunk]:
         """The backend's raw continuation of `prompt` (see `base.EngineBase.complete`)."""
-        return self._chat(str(prompt), options or ChatOptions(), kind="complete")
+        sent = prompt if isinstance(prompt, str) else tuple(int(t) for t in prompt)
+        return self._chat(sent, options or ChatOptions(), kind="complete")
 
-    def _chat(self, messages: tuple[Message, ...] | str, options: ChatOptions,
+    def _chat(self, messages: tuple[Message, ...] | str | tuple[int, ...], options: ChatOptions,
               kind: str = "chat") -> Iterator[Chunk]:
         if self._closed:
             raise EngineError("the engine is closed", hint="Open the model again.")
