@@ -42,6 +42,7 @@ class AnswerStream:
         self.splitter = ThinkSplitter(in_thinking=in_thinking)
         self.parser = parser
         self.text: list[str] = []  # the answer's content so far (tool calls left out)
+        self.thinking: list[str] = []  # its reasoning so far
         self.calls: list[ToolCall] = []
         self._waiting: list[TokenLogprob] = []
 
@@ -71,6 +72,8 @@ class AnswerStream:
         calls: tuple[ToolCall, ...] = ()
         if self.parser is not None and answer:
             answer, calls = self.parser.feed(answer)
+        if thinking:
+            self.thinking.append(thinking)
         return Piece(thinking=thinking) + self._release(answer, calls)
 
     def _release(self, text: str, calls: tuple[ToolCall, ...]) -> Piece:

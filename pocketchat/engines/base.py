@@ -71,6 +71,7 @@ from pocketchat.engines.types import (
 from pocketchat.types import LoadPlan
 
 PROBES = ("A", "\n\n", " x", "1")  # next-message stand-ins: where the next prompt is sure to agree
+PRESERVE_THINKING = "preserve_thinking"  # the template kwarg that keeps every turn's reasoning
 PREFILL_MARK = "\u2063pocketchat-prefill\u2063"  # where a prefilled assistant turn's text ends
 ProgressFn = Callable[[str, float], None]
 
@@ -439,7 +440,7 @@ class EngineBase:
                     finish_reason=finish,  # type: ignore[arg-type]
                     tool_calls=last.calls, logprobs=last.logprobs)
         if finish in ("stop", "length", "tool_calls") and not self._cancel.is_set():
-            self._settle(plan, "".join(out.text), tuple(out.calls), opts)
+            self._settle(plan, "".join(out.text), tuple(out.calls), opts, "".join(out.thinking))
 
     def _continue_text(self, prompt: str | Sequence[int], opts: ChatOptions) -> Iterator[Chunk]:
         """One raw continuation (`complete`): the prompt encoded as is, the cache reused, the
@@ -618,15 +619,19 @@ class EngineBase:
             shared = toks if shared is None else shared[: common_prefix(shared, toks)]
         return shared or []
 
-    def _settle(self, plan: PromptPlan, answer: str, calls: tuple, opts: ChatOptions) -> None:
-        """Evaluate the answer as the next prompt will hold it (errors only cost the reuse)."""
-        if not (answer or calls) or self._closed:
+    def _settle(self, plan: PromptPlan, answer: str, calls: tuple, opts: ChatOptions,
+                thinking: str = "") -> None:
+        """Evaluate the answer as the next prompt will hold it (errors only cost the reuse).
+        Its reasoning goes with it when the request keeps reasoning in the history
+        (`preserve_thinking`: the caller sends it back as `reasoning_content`)."""
+        reasoning = thinking if (opts.template_kwargs or {}).get(PRESERVE_THINKING) else ""
+        if not (answer or calls or reasoning) or self._closed:
             return
         messages = plan.messages
         if plan.prefill is not None:  # the answer continues the prefilled turn
             messages, answer = messages[:-1], plan.prefill.content + answer
         try:
-            turn = Message("assistant", answer, tool_calls=calls)
+            turn = Message("assistant", answer, tool_calls=calls, reasoning=reasoning or None)
             history = self.history_tokens((*messages, turn), opts.thinking, opts)
             if not history or len(history) >= self.n_ctx - 1:
                 return
