@@ -366,6 +366,53 @@ def test_llamacpp_completion_without_tool_call(server, model, tools, tool_choice
         assert status == 200 and data["choices"][0]["message"].get("tool_calls") is None
 
 
+CALCULATE = {"type": "function", "function": {
+    "name": "calculate", "description": "A calculator for arithmetic expressions in Python syntax",
+    "parameters": {"type": "object", "properties": {"expression": {"type": "string"}},
+                   "required": ["expression"]}}}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_llamacpp_calc_result_after_a_tool_result(server, model, stream):
+    """The answer after a tool result is content (the value itself needs a larger model)."""
+    body = {"model": model, "max_tokens": 32, "tools": [CALCULATE], "tool_choice": "none",
+            "messages": [
+                {"role": "system", "content": "You are a tools-calling assistant."},
+                {"role": "user", "content": "What's the y coordinate of a point on the unit "
+                                            "sphere at angle 30 degrees?"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "call_6789", "type": "function", "function": {
+                        "name": "calculate", "arguments": '{"expression":"sin(30 * pi / 180)"}'}}]},
+                {"role": "tool", "name": "calculate", "content": "0.55644242476",
+                 "tool_call_id": "call_6789"}]}
+    if stream:
+        evs = events(server, "/v1/chat/completions", body)
+        content = "".join(e["choices"][0]["delta"].get("content") or "" for e in evs if e["choices"])
+        assert not any(e["choices"] and e["choices"][0]["delta"].get("tool_calls") for e in evs)
+    else:
+        status, data = post(server, "/v1/chat/completions", body)
+        assert status == 200
+        message = data["choices"][0]["message"]
+        assert message.get("tool_calls") is None
+        content = message["content"]
+    assert content
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_llamacpp_thoughts_of_a_model_that_does_not_think(server, model, stream):
+    body = {"model": model, "max_tokens": 16,
+            "messages": [{"role": "user", "content": "What's the sum of 102 and 7?"}]}
+    if stream:
+        evs = events(server, "/v1/chat/completions", body)
+        deltas = [e["choices"][0]["delta"] for e in evs if e["choices"]]
+        assert not any(d.get("tool_calls") or d.get("reasoning_content") for d in deltas)
+        assert "".join(d.get("content") or "" for d in deltas)
+    else:
+        message = post(server, "/v1/chat/completions", body)[1]["choices"][0]["message"]
+        assert message.get("tool_calls") is None and message.get("reasoning_content") is None
+        assert message["content"]
+
+
 # -- mlx-lm tests/test_server.py ----------------------------------------------------------------
 
 
