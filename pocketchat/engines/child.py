@@ -133,7 +133,7 @@ def _serve(engine: Any, conn: Any, send: Callable[[tuple], None],
                 msg = conn.recv()
             except (EOFError, OSError):  # the parent is gone
                 msg = ("close",)
-            if msg[0] in ("chat", "complete", "save_state", "load_state"):
+            if msg[0] in ("chat", "complete", "save_state", "load_state", "status"):
                 requests.put(msg)
             elif msg[0] == "cancel":
                 cancelled.add(msg[1])
@@ -147,9 +147,9 @@ def _serve(engine: Any, conn: Any, send: Callable[[tuple], None],
 
     threading.Thread(target=listen, name="pocketchat-listen", daemon=True).start()
     while (msg := requests.get()) is not None:
-        if msg[0] not in ("chat", "complete"):  # ("save_state" | "load_state", req, path): one result back
+        if msg[0] not in ("chat", "complete"):  # ("save_state" | "load_state", req, path), ("status", req)
             try:
-                result: Any = getattr(engine, msg[0])(msg[2])
+                result: Any = getattr(engine, msg[0])(*msg[2:])
             except Exception as exc:  # noqa: BLE001 - the caller gets the error
                 result = exc if isinstance(exc, PocketchatError) else EngineError(str(exc))
             send(("result", msg[1], result))

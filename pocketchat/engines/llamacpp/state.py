@@ -5,6 +5,8 @@ cut back anywhere (`llama_memory_seq_rm`). A hybrid or recurrent model's cannot:
 checkpoint is the recurrent part of the state (`llama_state_seq_get_data_ext` with
 `LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY`, as llama.cpp's server takes its context checkpoints);
 restoring it and removing the attention KV after its position gives the state at that point.
+A whole-sequence copy (`save_seq`/`load_seq`: KV and recurrent parts, `llama_state_seq_get_data`)
+is what the prompt cache across conversations parks (`prompt_cache.PromptCache`).
 """
 
 from __future__ import annotations
@@ -51,6 +53,32 @@ class LlamaState:
 
     def clear(self) -> None:
         self._lib.llama_memory_seq_rm(self._mem, SEQ, -1, -1)
+
+    # -- whole sequence state, in memory (prompt_cache.SeqOps) ----------------------------
+
+    @property
+    def _seq(self) -> int:
+        return int(getattr(self, "seq", SEQ))
+
+    def seq_bytes(self) -> int:
+        return int(self._lib.llama_state_seq_get_size(self._ctx, self._seq))
+
+    def save_seq(self) -> tuple[Any, int]:
+        lib = self._lib
+        size = self.seq_bytes()
+        buf = (ctypes.c_uint8 * size)()
+        got = lib.llama_state_seq_get_data(self._ctx, buf, size, self._seq)
+        if got != size:
+            raise EngineError(f"llama.cpp wrote {got} of {size} bytes of a sequence state")
+        return buf, size
+
+    def load_seq(self, state: Any) -> bool:
+        lib = self._lib
+        lib.llama_memory_seq_rm(self._mem, self._seq, -1, -1)
+        if lib.llama_state_seq_set_data(self._ctx, state, len(state), self._seq):
+            return True
+        lib.llama_memory_seq_rm(self._mem, self._seq, -1, -1)
+        return False
 
     # -- whole sequence state, to a file (--continue) ---------------------------------------
 
