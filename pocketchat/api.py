@@ -12,7 +12,8 @@ its worker process). `pocketchat serve` and one-shot mode are built on these two
 `Session.chat` takes OpenAI-style messages (dicts, validated as the server validates them)
 or `Message`s, and the request fields the server passes on: `tools`, `tool_choice`,
 `response_format`, logprobs, sampling. It streams typed `Chunk`s (`stream=True`) or returns a
-`ChatResult`. A failed answer raises its `PocketchatError`; one answer at a time per session.
+`ChatResult`. `Session.complete` continues a raw prompt (no template: the legacy completions
+endpoint's path). A failed answer raises its `PocketchatError`; one answer at a time per session.
 """
 
 from __future__ import annotations
@@ -169,6 +170,36 @@ class Session:
         chunks = self._answer(conversation, opts)
         return chunks if stream else _gather(chunks)
 
+    @overload
+    def complete(self, prompt: str, *, stream: Literal[False] = False,
+                 max_tokens: int | None = None, temperature: float | None = None,
+                 top_p: float | None = None, seed: int | None = None, logprobs: int | None = None,
+                 options: ChatOptions | None = None) -> ChatResult: ...
+
+    @overload
+    def complete(self, prompt: str, *, stream: Literal[True],
+                 max_tokens: int | None = None, temperature: float | None = None,
+                 top_p: float | None = None, seed: int | None = None, logprobs: int | None = None,
+                 options: ChatOptions | None = None) -> Iterator[Chunk]: ...
+
+    def complete(self, prompt: str, *, stream: bool = False, max_tokens: int | None = None,
+                 temperature: float | None = None, top_p: float | None = None,
+                 seed: int | None = None, logprobs: int | None = None,
+                 options: ChatOptions | None = None) -> ChatResult | Iterator[Chunk]:
+        """Continue `prompt` as raw text (no chat template, no reasoning, no tools): a
+        `ChatResult`, or the typed chunks as they come (`stream`). Keywords as in `chat`."""
+        if not isinstance(prompt, str):
+            raise EngineError("the prompt must be a string")
+        opts = self.options(options, max_tokens=max_tokens, temperature=temperature,
+                            top_p=top_p, seed=seed, logprobs=logprobs)
+        complete = getattr(self.engine, "complete", None)
+        if not callable(complete):
+            raise EngineError("this engine has no raw-prompt path; use chat()")
+        if self._closed:
+            raise EngineError("this session is closed", hint="Load the model again with pocketchat.load().")
+        chunks = self._stream((), opts, start=lambda: complete(prompt, opts))
+        return chunks if stream else _gather(chunks)
+
     @staticmethod
     def conversation(messages: Sequence[MessageLike]) -> tuple[Message, ...]:
         """Messages as the engine takes them (dicts validated as the server does)."""
@@ -199,12 +230,13 @@ class Session:
             raise EngineError("this session is closed", hint="Load the model again with pocketchat.load().")
         return self._stream(messages, options)
 
-    def _stream(self, messages: tuple[Message, ...], options: ChatOptions) -> Iterator[Chunk]:
+    def _stream(self, messages: tuple[Message, ...], options: ChatOptions,
+                start: Callable[[], Iterator[Chunk]] | None = None) -> Iterator[Chunk]:
         if not self._busy.acquire(blocking=False):
             raise EngineError("this session is answering already (one answer at a time)",
                               hint="Read the other answer to its end, or close its iterator, first.")
         finished = False
-        inner = self.engine.chat(messages, options)
+        inner = start() if start is not None else self.engine.chat(messages, options)
         try:
             for chunk in inner:
                 if chunk.finish_reason == "error":

@@ -123,3 +123,19 @@ def test_importing_pocketchat_stays_cheap():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
+
+
+def test_complete_continues_a_raw_prompt(session):
+    from pocketchat.engines.types import ChatOptions
+
+    greedy = ChatOptions(repeat_penalty=1.0, ignore_eos=True)
+    result = session.complete("The capital of France is", max_tokens=8, temperature=0,
+                              logprobs=1, options=greedy)
+    assert isinstance(result, pocketchat.ChatResult) and result.text.startswith(" Paris")
+    assert result.thinking == "" and result.tool_calls == () and result.finish_reason == "length"
+    assert result.stats.prompt_length == 5 and result.stats.generated_tokens == 8  # no template
+    assert "".join(lp.token for lp in result.logprobs) == result.text
+    chunks = list(session.complete("The capital of France is", max_tokens=8, temperature=0,
+                                   options=greedy, stream=True))
+    assert all(isinstance(c, Chunk) for c in chunks) and chunks[-1].finish_reason == "length"
+    assert "".join(c.text for c in chunks) == result.text

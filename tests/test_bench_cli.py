@@ -74,3 +74,39 @@ def test_bench_turns_rows_show_the_reuse(tmp_path, thinking):
     for before, x in zip(rows, rows[1:]):  # from turn 2: the new message and a little more
         assert x["evaluated_tokens"] <= x["prompt_tokens"] - before["prompt_tokens"] + 16
         assert x["reused_tokens"] >= before["prompt_tokens"] - 16
+
+
+@pytest.mark.parametrize("thinking", ["off", "on"])
+def test_bench_turns_preserve_thinking_extends_the_state(tmp_path, thinking):
+    """Qwen3.6's preserve_thinking: every earlier turn keeps its reasoning (an empty think block
+    with thinking off), so from turn 2 the prompt extends what the model's state held after the
+    previous answer: all of it is kept, only the template's boundary and the new message are
+    evaluated. Without it the history drops the think block and the state diverges there."""
+    from support.tinyqwen35 import QWEN36_TEMPLATE, write_tiny_qwen35moe
+    model = write_tiny_qwen35moe(tmp_path / "tiny-qwen36.gguf", chat_template=QWEN36_TEMPLATE,
+                                 ascii_only=True)
+    r = bench("--model", str(model), "--turns", "3", "--thinking", thinking, "--threads", "1",
+              "--preserve-thinking")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    without, with_ = data["results"], data["results_preserve_thinking"]
+    assert [x["test"] for x in with_] == [x["test"] for x in without] == ["turn1", "turn2", "turn3"]
+    boundary = 20  # "\n</think>\n\n" (bytes here), end of turn, the next user header
+    for before, x, plain in zip(with_, with_[1:], without[1:]):
+        kept = x["reused_tokens"] - x["prepared_tokens"]
+        assert kept > before["prompt_tokens"]  # the previous prompt and answer, all kept
+        assert x["prepared_tokens"] <= boundary
+        assert kept > plain["reused_tokens"] - plain["prepared_tokens"]
+        new_message = x["prompt_tokens"] - x["reused_tokens"]
+        assert x["evaluated_tokens"] == new_message
+        # without: the answer is evaluated again (thinking off: the tiny model's answers have no
+        # reasoning), or (on: they are all reasoning, cut at the cap) thrown away, which saves
+        # no work either: the same boundary is evaluated
+        work, plain_work = (x["prepared_tokens"] + x["evaluated_tokens"],
+                            plain["prepared_tokens"] + plain["evaluated_tokens"])
+        assert plain_work > work if thinking == "off" else plain_work >= work
+
+
+def test_bench_template_kwarg_needs_turns():
+    r = bench("--model", "starter", "--template-kwarg", "preserve_thinking=true")
+    assert r.returncode != 0 and "--turns" in r.stderr

@@ -54,7 +54,8 @@ def test_tools_and_tool_choice_reach_the_options():
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": "x"}}]},
      "tools[0].function.parameters"),
     ({"functions": [{"name": "f"}]}, "functions"),
-    ({"logit_bias": {"1": 2}}, "logit_bias"),
+    ({"logit_bias": {"x": 2}}, "logit_bias"), ({"logit_bias": {"1": 101}}, "logit_bias"),
+    ({"logit_bias": [1]}, "logit_bias"),
     ({"top_logprobs": 2}, "top_logprobs"),
     ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
     ({"response_format": {"type": "json_schema"}}, "response_format.json_schema"),
@@ -119,10 +120,15 @@ def test_history_with_tool_calls_results_reasoning_and_a_prefill():
 def test_completion_request():
     r = parse_completion_request(json.dumps({"prompt": ["Once"], "echo": True, "logprobs": 2,
                                              "n": 2, "stop": "\n"}).encode())
-    assert (r.prompt, r.echo, r.logprobs, r.n, r.stop) == ("Once", True, 2, 2, ("\n",))
+    assert (r.prompts, r.echo, r.logprobs, r.n, r.stop) == (("Once",), True, 2, 2, ("\n",))
     assert r.options.max_tokens == 16 and r.options.thinking is False and r.options.logprobs == 2
-    for bad in ({"prompt": [1, 2]}, {"prompt": "x", "suffix": "y"}, {"prompt": "x", "best_of": 3},
-                {"prompt": "x", "logprobs": 6}):
+    prompts = lambda p: parse_completion_request(json.dumps({"prompt": p}).encode()).prompts  # noqa: E731
+    assert prompts([1, 2]) == ((1, 2),) and prompts([[1], "a"]) == ((1,), "a")
+    assert prompts(["a", "b"]) == ("a", "b")
+    for bad in ({"prompt": "x", "suffix": "y"}, {"prompt": "x", "best_of": 3},
+                {"prompt": "x", "logprobs": 6}, {"prompt": []}, {"prompt": [1, "a"]},
+                {"prompt": [[1], [-1]]}, {"prompt": [[1]], "echo": True},
+                {"prompt": ["a"] * 9, "n": 2}):
         with pytest.raises(ApiError):
             parse_completion_request(json.dumps(bad).encode())
 
@@ -190,3 +196,8 @@ def test_cors_policy():
     for bad in ("app.example.com", "https://app.example.com/path", "ftp://x", "https://"):
         with pytest.raises(UsageError):
             parse_origin(bad)
+
+
+def test_logit_bias_is_passed_on_as_token_ids():
+    assert chat(logit_bias={"42": -100, "7": 2.5}).options.logit_bias == ((42, -100.0), (7, 2.5))
+    assert chat().options.logit_bias == ()

@@ -50,6 +50,12 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="instead: a conversation of N turns, per turn the tokens reused and evaluated")
     p.add_argument("--thinking", choices=("on", "off"), default="on",
                    help="thinking in the --turns conversation (default on)")
+    p.add_argument("--template-kwarg", action="append", default=[], metavar="KEY=VALUE",
+                   help="a chat template kwarg for the --turns conversation (VALUE as JSON, else "
+                        "text); repeat for more")
+    p.add_argument("--preserve-thinking", action="store_true",
+                   help="with --turns: the conversation without and with the template's "
+                        "preserve_thinking, side by side")
     p.add_argument("--in-process", action="store_true", help="run the engine in this process, not a worker")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--forget", action="store_true",
@@ -126,6 +132,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--n-prompt, --n-gen and --repetitions must be at least 1")
     if args.turns is not None and args.turns < 1:
         raise UsageError("--turns must be at least 1")
+    if (args.template_kwarg or args.preserve_thinking) and not args.turns:
+        raise UsageError("--template-kwarg and --preserve-thinking go with --turns N")
+    args.template_kwargs = template_kwargs(args.template_kwarg)
     choice = choose_model(sel)
     need = args.n_prompt + args.n_gen + 256
     if args.turns:
@@ -250,23 +259,58 @@ def _table(name: str, size: int | None, runs) -> str:
     return "\n".join([line(head), sep, *(line(r) for r in rows)])
 
 
+def template_kwargs(pairs: list[str]) -> dict:
+    """`--template-kwarg KEY=VALUE` options as a dict (VALUE parsed as JSON, else kept as text)."""
+    from pocketchat.errors import UsageError
+
+    out: dict = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--template-kwarg takes KEY=VALUE, got {pair!r}")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
+
+
 def _run_turns(plan, choice, args: argparse.Namespace) -> int:
-    from pocketchat.commands.turns import run_turns, table
+    from pocketchat.commands.turns import compare_table, run_turns, table
     from pocketchat.engines import open_engine
+    from pocketchat.engines.base import PRESERVE_THINKING
 
     if not args.json:
         print(visible(f"loading {choice.label} ({plan.describe()}) ..."), file=sys.stderr)
+    kwargs = args.template_kwargs
+    runs = {"": kwargs}
+    if args.preserve_thinking:
+        runs = {"without": {**kwargs, PRESERVE_THINKING: False},
+                "with": {**kwargs, PRESERVE_THINKING: True}}
     engine = open_engine(plan, choice.path, name=choice.label, in_process=args.in_process)
     try:
-        rows = run_turns(engine, args.turns, thinking=args.thinking == "on")
+        rows = {label: run_turns(engine, args.turns, thinking=args.thinking == "on",
+                                 template_kwargs=kw, label=f"Conversation {i + 1}. ")
+                for i, (label, kw) in enumerate(runs.items())}
     finally:
         engine.close()
     if args.json:
-        print(json.dumps({
+        body = {
             "model": choice.label, "path": str(choice.path), "backend": engine.info.backend,
             "placement": plan.placement, "n_ctx": engine.info.n_ctx, "thinking": args.thinking,
-            "worker": not args.in_process, "results": [r.as_dict() for r in rows],
-        }, indent=2))
+            "worker": not args.in_process, "template_kwargs": kwargs,
+        }
+        if args.preserve_thinking:
+            body["results"] = [r.as_dict() for r in rows["without"]]
+            body["results_preserve_thinking"] = [r.as_dict() for r in rows["with"]]
+        else:
+            body["results"] = [r.as_dict() for r in rows[""]]
+        print(json.dumps(body, indent=2))
+    elif args.preserve_thinking:
+        print(visible(f"{PRESERVE_THINKING} without | with; kept: prompt tokens the state held "
+                      "when the previous answer ended; prepared: evaluated after it"),
+              file=sys.stderr)
+        print(visible(compare_table(choice.label, rows)))
     else:
-        print(visible(table(choice.label, rows)))
+        print(visible(table(choice.label, rows[""])))
     return 0

@@ -42,6 +42,7 @@ class AnswerStream:
         self.splitter = ThinkSplitter(in_thinking=in_thinking)
         self.parser = parser
         self.text: list[str] = []  # the answer's content so far (tool calls left out)
+        self.thinking: list[str] = []  # its reasoning so far
         self.calls: list[ToolCall] = []
         self._waiting: list[TokenLogprob] = []
 
@@ -71,6 +72,8 @@ class AnswerStream:
         calls: tuple[ToolCall, ...] = ()
         if self.parser is not None and answer:
             answer, calls = self.parser.feed(answer)
+        if thinking:
+            self.thinking.append(thinking)
         return Piece(thinking=thinking) + self._release(answer, calls)
 
     def _release(self, text: str, calls: tuple[ToolCall, ...]) -> Piece:
@@ -82,3 +85,26 @@ class AnswerStream:
             self._waiting = []  # the tokens were the call's text
         self.calls.extend(calls)
         return Piece(text=text, calls=calls, logprobs=logprobs)
+
+
+class TextStream:
+    """A raw continuation's text as it streams (`EngineBase.complete`): every token's text is
+    answer text; no reasoning split, no tool calls. A token holding part of a character waits
+    with its logprob for the text it belongs to; a control token (end of text) has none."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.calls: list[ToolCall] = []  # always empty: a raw continuation calls no tools
+        self._waiting: list[TokenLogprob] = []
+
+    def feed(self, text: str, logprob: TokenLogprob | None = None) -> Piece:
+        if logprob is not None and (text or logprob.bytes):
+            self._waiting.append(logprob)
+        if not text:
+            return Piece()
+        self.text.append(text)
+        logprobs, self._waiting = tuple(self._waiting), []
+        return Piece(text=text, logprobs=logprobs)
+
+    def flush(self) -> Piece:
+        return Piece()

@@ -28,6 +28,10 @@ results, reasoning, template kwargs, a prefilled assistant turn; `_render`), the
 calls parsed from the answer (`answer.AnswerStream`), why the answer stopped
 (`Stats.stop_reason`) and the classification of load errors (`load_error`).
 
+A raw prompt (`complete`, the legacy completions endpoint) takes steps 2, 4 and 5 only: the
+text encoded as is (`_prompt_tokens`: the beginning-of-text token as the model wants it), no
+template, no reasoning split, no tools, no settling.
+
 A backend implements only what differs: `_load`, `_apply_template`, `_encode`, `_begin`,
 `_evaluate`, `_generate`, `_timing`, `_complete`, `_free`, `_ll_tokenizer` (llguidance's view
 of its vocabulary), `_token_bytes`, and the state operations of its cache.
@@ -44,13 +48,14 @@ from pathlib import Path
 from typing import Any, Callable, Generator, Iterator, Sequence
 
 from pocketchat.errors import (
+    ContextOverflow,
     CorruptModel,
     EngineError,
     ModelTooLarge,
     PocketchatError,
     UnsupportedRequest,
 )
-from pocketchat.engines.answer import AnswerStream, Piece
+from pocketchat.engines.answer import AnswerStream, Piece, TextStream
 from pocketchat.engines.constrain.control import TokenControl
 from pocketchat.engines.constrain.grammar import checked_grammar, offered_tools
 from pocketchat.engines.constrain.toolcalls import ToolCallParser, call_format
@@ -73,6 +78,7 @@ from pocketchat.engines.types import (
 from pocketchat.types import LoadPlan
 
 PROBES = ("A", "\n\n", " x", "1")  # next-message stand-ins: where the next prompt is sure to agree
+PRESERVE_THINKING = "preserve_thinking"  # the template kwarg that keeps every turn's reasoning
 PREFILL_MARK = "\u2063pocketchat-prefill\u2063"  # where a prefilled assistant turn's text ends
 ProgressFn = Callable[[str, float], None]
 
@@ -89,6 +95,7 @@ class SamplingSettings:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     seed: int | None = None
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias added to its logit)
 
     @property
     def greedy(self) -> bool:
@@ -108,7 +115,7 @@ def merge_sampling(defaults: Any, opts: ChatOptions) -> SamplingSettings:
         repeat_penalty=float(pick("repeat_penalty", 1.0)),
         presence_penalty=float(pick("presence_penalty", 0.0)),
         frequency_penalty=float(pick("frequency_penalty", 0.0)),
-        seed=opts.seed,
+        seed=opts.seed, logit_bias=tuple(opts.logit_bias),
     )
 
 
@@ -249,6 +256,13 @@ class EngineBase:
              ) -> Iterator[Chunk]:
         return self._chat(tuple(messages), options or ChatOptions())
 
+    def complete(self, prompt: str | Sequence[int], options: ChatOptions | None = None
+                 ) -> Iterator[Chunk]:
+        """Stream the continuation of `prompt` (text, or token ids) as raw text (the legacy
+        completions endpoint): no chat template, no reasoning split, no tools; the last chunk
+        carries finish_reason."""
+        return self._chat((), options or ChatOptions(), prompt=prompt)
+
     def cancel(self) -> None:
         if self._active:
             self._cancel.set()
@@ -277,6 +291,11 @@ class EngineBase:
 
     def _encode(self, text: str) -> list[int]:
         raise NotImplementedError
+
+    def _prompt_tokens(self, prompt: str | Sequence[int]) -> list[int]:
+        """A raw prompt's tokens: text encoded with the beginning-of-text token when the model
+        wants one, token ids as given (UnsupportedRequest for ids outside the vocabulary)."""
+        return self._encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
 
     def _begin(self, sampling: SamplingSettings, control: TokenControl | None) -> None:
         """Start an answer: reset counters, seed, build the sampler; `control` (the mask and
@@ -310,7 +329,8 @@ class EngineBase:
 
     # -- one answer -------------------------------------------------------------------------
 
-    def _chat(self, messages: tuple[Message, ...], opts: ChatOptions) -> Iterator[Chunk]:
+    def _chat(self, messages: tuple[Message, ...], opts: ChatOptions, *,
+              prompt: str | Sequence[int] | None = None) -> Iterator[Chunk]:
         if self._closed:
             raise EngineError("the engine is closed", hint="Open the model again.")
         if not self._busy.acquire(blocking=False):
@@ -318,7 +338,10 @@ class EngineBase:
         self._cancel.clear()
         self._active = True
         try:
-            yield from self._answer(messages, opts)
+            if prompt is None:
+                yield from self._answer(messages, opts)
+            else:
+                yield from self._continue_text(prompt, opts)
         finally:
             self._active = False
             self._cancel.clear()
@@ -465,7 +488,51 @@ class EngineBase:
                     finish_reason=finish,  # type: ignore[arg-type]
                     tool_calls=last.calls, logprobs=last.logprobs)
         if finish in ("stop", "length", "tool_calls") and not self._cancel.is_set():
-            self._settle(plan, "".join(out.text), tuple(out.calls), opts)
+            self._settle(plan, "".join(out.text), tuple(out.calls), opts, "".join(out.thinking))
+
+    def _continue_text(self, prompt: str | Sequence[int], opts: ChatOptions) -> Iterator[Chunk]:
+        """One raw continuation (`complete`): the prompt encoded as is, the cache reused, the
+        tokens sampled (logprobs when asked), the stats; the state is not settled after it."""
+        started = time.perf_counter()
+        prepared, settled = self._prepared, self._settled
+        self._prepared, self._settled = 0, False
+        try:
+            tokens = self._prompt_tokens(prompt)
+            if not tokens:
+                raise UnsupportedRequest("the prompt is empty and this model has no "
+                                         "beginning-of-text token to start from", param="prompt")
+            budget = self.n_ctx - reply_reserve(self.n_ctx, opts.max_tokens)
+            if len(tokens) > budget:
+                raise ContextOverflow(len(tokens), budget)
+        except PocketchatError as exc:
+            yield Chunk.failed(exc, Stats(context_limit=self.n_ctx))
+            return
+        # A state that cannot be cut back keeps a checkpoint just before the last prompt token,
+        # so the same prompt (or a longer one) is reused by the next request.
+        stable = len(tokens) - 1 if not self.cache.trimmable and len(tokens) > 1 else None
+        plan = PromptPlan(tokens, (), in_thinking=False, dropped=0, stable=stable)
+        control = None
+        if opts.logprobs is not None:
+            control = TokenControl(token_bytes=self._token_bytes, top=opts.logprobs)
+        progress = Progress(plan, started, prepared, settled=settled)
+        out = TextStream()
+        counted = [0]
+        try:
+            finish, last = yield from self._produce(plan, opts, progress, out,  # type: ignore[arg-type]
+                                                    control, counted)
+        except Exception as exc:  # noqa: BLE001 - a failed answer ends with an error chunk
+            self.cache.reset()
+            yield Chunk.failed(exc, self._stats(progress), prefix=f"{self.label} failed: ")
+            return
+        if finish in ("stop", "length"):
+            self._complete()
+        reason: StopReason = finish  # type: ignore[assignment]
+        if finish == "length":
+            capped = opts.max_tokens is not None and counted[0] >= max(opts.max_tokens, 0)
+            reason = "cap" if capped else "context"
+        stats = replace(self._stats(progress), stop_reason=reason)
+        yield Chunk(text=last.text, stats=stats, finish_reason=finish,  # type: ignore[arg-type]
+                    logprobs=last.logprobs)
 
     def _produce(self, plan: PromptPlan, opts: ChatOptions, progress: Progress,
                  out: AnswerStream, control: TokenControl | None, counted: list[int]
@@ -647,15 +714,19 @@ class EngineBase:
             shared = toks if shared is None else shared[: common_prefix(shared, toks)]
         return shared or []
 
-    def _settle(self, plan: PromptPlan, answer: str, calls: tuple, opts: ChatOptions) -> None:
-        """Evaluate the answer as the next prompt will hold it (errors only cost the reuse)."""
-        if not (answer or calls) or self._closed:
+    def _settle(self, plan: PromptPlan, answer: str, calls: tuple, opts: ChatOptions,
+                thinking: str = "") -> None:
+        """Evaluate the answer as the next prompt will hold it (errors only cost the reuse).
+        Its reasoning goes with it when the request keeps reasoning in the history
+        (`preserve_thinking`: the caller sends it back as `reasoning_content`)."""
+        reasoning = thinking if (opts.template_kwargs or {}).get(PRESERVE_THINKING) else ""
+        if not (answer or calls or reasoning) or self._closed:
             return
         messages = plan.messages
         if plan.prefill is not None:  # the answer continues the prefilled turn
             messages, answer = messages[:-1], plan.prefill.content + answer
         try:
-            turn = Message("assistant", answer, tool_calls=calls)
+            turn = Message("assistant", answer, tool_calls=calls, reasoning=reasoning or None)
             history = self.history_tokens((*messages, turn), opts.thinking, opts)
             if not history or len(history) >= self.n_ctx - 1:
                 return

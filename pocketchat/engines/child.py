@@ -137,7 +137,7 @@ def _serve(engine: Any, conn: Any, send: Callable[[tuple], None],
                 msg = conn.recv()
             except (EOFError, OSError):  # the parent is gone
                 msg = ("close",)
-            if msg[0] in ("chat", "save_state", "load_state", "status"):
+            if msg[0] in ("chat", "complete", "save_state", "load_state", "status"):
                 requests.put(msg)
             elif msg[0] == "cancel":
                 cancelled.add(msg[1])
@@ -151,17 +151,17 @@ def _serve(engine: Any, conn: Any, send: Callable[[tuple], None],
 
     threading.Thread(target=listen, name="pocketchat-listen", daemon=True).start()
     while (msg := requests.get()) is not None:
-        if msg[0] != "chat":  # ("save_state" | "load_state", req, path), ("status", req)
+        if msg[0] not in ("chat", "complete"):  # ("save_state" | "load_state", req, path), ("status", req)
             try:
                 result: Any = getattr(engine, msg[0])(*msg[2:])
             except Exception as exc:  # noqa: BLE001 - the caller gets the error
                 result = exc if isinstance(exc, PocketchatError) else EngineError(str(exc))
             send(("result", msg[1], result))
             continue
-        _, req, messages, options = msg
+        kind, req, messages, options = msg
         current[0] = req
         try:
-            _stream(engine, req, messages, options, send, cancelled, chunk_interval)
+            _stream(engine, req, messages, options, send, cancelled, chunk_interval, kind)
         except (BrokenPipeError, EOFError, OSError):
             break
         finally:
@@ -170,9 +170,11 @@ def _serve(engine: Any, conn: Any, send: Callable[[tuple], None],
     engine.close()
 
 
-def _stream(engine: Any, req: int, messages: Sequence[Message], options: ChatOptions,
+def _stream(engine: Any, req: int, messages: Sequence[Message] | str | Sequence[int],
+            options: ChatOptions,
             send: Callable[[tuple], None], cancelled: set[int],
-            chunk_interval: float = FLUSH_SECONDS) -> None:
+            chunk_interval: float = FLUSH_SECONDS, kind: str = "chat") -> None:
+    """Send one answer's chunks (`kind` "chat": to `messages`; "complete": a raw prompt)."""
     if req in cancelled:
         send(("chunk", req, Chunk(finish_reason="cancelled")))
         return
@@ -181,7 +183,7 @@ def _stream(engine: Any, req: int, messages: Sequence[Message], options: ChatOpt
     first = True
     answer = None
     try:
-        answer = engine.chat(messages, options)
+        answer = (engine.complete if kind == "complete" else engine.chat)(messages, options)
         for chunk in answer:
             pending.append(chunk)
             if chunk.finish_reason is not None:

@@ -48,6 +48,10 @@ class PooledEngine:
     def chat(self, messages: Sequence[Message], options: ChatOptions | None = None) -> Iterator[Chunk]:
         return self._explained(self.inner.chat(messages, options))
 
+    def complete(self, prompt: str | Sequence[int], options: ChatOptions | None = None) -> Iterator[Chunk]:
+        """The inner engine's raw continuation (see `base.EngineBase.complete`)."""
+        return self._explained(self.inner.complete(prompt, options))  # type: ignore[attr-defined]
+
     def _explained(self, chunks: Iterator[Chunk]) -> Iterator[Chunk]:
         try:
             yield from chunks

@@ -70,6 +70,7 @@ class ChatOptions:
     parallel_tool_calls: bool = True
     response_format: dict | None = None  # {"type": "json_object"} | {"type": "json_schema", ...}
     template_kwargs: dict | None = None  # chat_template_kwargs (enable_thinking stays `thinking`)
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias added to its logit)
     # A trailing assistant message in `messages` is a prefill: the answer continues it (its
     # text is not repeated in the chunks).
 

@@ -5,7 +5,8 @@ of the GIL (75 -> 17 tok/s measured here), and a native crash in llama.cpp would
 with it. So the backend runs in a `spawn`ed child; the parent only reads chunks.
 
 Protocol (pickled tuples over one duplex pipe):
-  parent -> child   ("chat", req, messages, options) | ("cancel", req) | ("close",)
+  parent -> child   ("chat", req, messages, options) | ("complete", req, prompt, options)
+                    | ("cancel", req) | ("close",)
                     | ("save_state" | "load_state", req, path) | ("status", req)
   child -> parent   ("progress", stage, fraction) | ("ready", EngineInfo)
                     | ("load_error", PocketchatError) | ("chunk", req, Chunk)
@@ -222,7 +223,14 @@ class WorkerEngine:
                          for m in messages)  # frozen: the caller cannot change them later
         return self._chat(snapshot, options or ChatOptions())
 
-    def _chat(self, messages: tuple[Message, ...], options: ChatOptions) -> Iterator[Chunk]:
+    def complete(self, prompt: str | Sequence[int], options: ChatOptions | None = None
+                 ) -> Iterator[Chunk]:
+        """The backend's raw continuation of `prompt` (see `base.EngineBase.complete`)."""
+        sent = prompt if isinstance(prompt, str) else tuple(int(t) for t in prompt)
+        return self._chat(sent, options or ChatOptions(), kind="complete")
+
+    def _chat(self, messages: tuple[Message, ...] | str | tuple[int, ...], options: ChatOptions,
+              kind: str = "chat") -> Iterator[Chunk]:
         if self._closed:
             raise EngineError("the engine is closed", hint="Open the model again.")
         if not self.ready:
@@ -233,7 +241,7 @@ class WorkerEngine:
         try:
             self._req += 1
             req = self._current = self._req
-            self._send(("chat", req, messages, options))
+            self._send((kind, req, messages, options))
             while True:
                 msg = self._recv(None, "while answering")
                 if msg is not None and msg[0] == "chunk" and msg[1] == req:

@@ -20,6 +20,7 @@ import contextlib
 import json
 import time
 import uuid
+from dataclasses import replace
 from typing import Any, AsyncIterator, Awaitable, Callable, Sequence
 
 import anyio
@@ -34,7 +35,7 @@ from pocketchat.errors import ApiError, ContextOverflow, EngineCrashed, Unsuppor
 from pocketchat.server.cors import Cors, CorsPolicy, Preflight
 from pocketchat.server.guard import Guard, send_error, send_json
 from pocketchat.server.host import EngineHost, Run, Turn, chat_run, completion_run
-from pocketchat.server.protocol import (ChatRequest, CompletionRequest, combined, error_body,
+from pocketchat.server.protocol import (ChatRequest, CompletionRequest, Prompt, combined, error_body,
                                         legacy_logprobs, logprob_entries, parse_chat_request,
                                         parse_completion_request, prompt_progress, seeded,
                                         timings,
@@ -315,14 +316,19 @@ class Completions(Endpoint):
     async def answer(self, request: CompletionRequest, out: Responder) -> None:
         meta = {**self.meta("cmpl"), "object": "text_completion"}
         replies: list[Reply] = []
+        asked = [p for p in request.prompts for _ in range(request.n)]
         async with self.host.turn() as turn:
-            for index in range(request.n):
-                replies.append(await self._choice(request, meta, index, turn, out))
+            for index, prompt in enumerate(asked):
+                replies.append(await self._choice(request, prompt, meta, index, turn, out))
         stats = combined([r.stats for r in replies])
+        if len(request.prompts) > 1:  # every prompt counts once
+            firsts = [r.stats for r in replies[::request.n]]
+            stats = replace(stats, prompt_length=sum(s.prompt_length for s in firsts),
+                            reused_tokens=sum(s.reused_tokens for s in firsts))
         if not request.stream:
             choices = []
             for i, r in enumerate(replies):
-                head = request.prompt if request.echo else ""
+                head = asked[i] if request.echo and isinstance(asked[i], str) else ""
                 logprobs = (legacy_logprobs(r.logprobs, len(head))
                             if request.logprobs is not None else None)
                 choices.append({"index": i, "text": head + r.text, "logprobs": logprobs,
@@ -333,10 +339,11 @@ class Completions(Endpoint):
         await out.event("[DONE]")
         await out.end()
 
-    async def _choice(self, request: CompletionRequest, meta: dict, index: int, turn: Turn,
-                      out: Responder) -> Reply:
-        run = completion_run(request.prompt, seeded(request.options, index))
-        offset = len(request.prompt) if request.echo else 0
+    async def _choice(self, request: CompletionRequest, prompt: Prompt, meta: dict, index: int,
+                      turn: Turn, out: Responder) -> Reply:
+        run = completion_run(prompt, seeded(request.options, index % request.n))
+        echo = prompt if request.echo and isinstance(prompt, str) else ""
+        offset = len(echo)
 
         def event(text: str, finish: str | None = None, logprobs: Any = None) -> dict:
             return {**meta, "choices": [{"index": index, "text": text, "logprobs": logprobs,
@@ -349,8 +356,8 @@ class Completions(Endpoint):
             if first:
                 if not out.started:
                     await out.start_events()
-                if request.echo:
-                    await out.event(event(request.prompt))
+                if echo:
+                    await out.event(event(echo))
             lps = legacy_logprobs(d.logprobs, offset) if request.logprobs is not None else None
             if d.content:
                 await out.event(event(d.content, logprobs=lps))

@@ -28,7 +28,7 @@ from typing import AsyncIterator, Callable, Iterator, Literal, Sequence
 import anyio
 
 from pocketchat.engines.types import ChatOptions, Chunk, Engine, Message
-from pocketchat.errors import ApiError, EngineCrashed, PocketchatError
+from pocketchat.errors import ApiError, EngineCrashed, PocketchatError, UnsupportedRequest
 
 State = Literal["loading", "ready", "error"]
 Run = Callable[[Engine], Iterator[Chunk]]  # one answer, asked of the loaded engine
@@ -39,16 +39,18 @@ def chat_run(messages: Sequence[Message], options: ChatOptions) -> Run:
     return lambda engine: engine.chat(messages, options)
 
 
-def completion_run(prompt: str, options: ChatOptions) -> Run:
-    """The engine's continuation of a raw prompt.
+def completion_run(prompt: str | Sequence[int], options: ChatOptions) -> Run:
+    """The engine's continuation of a raw prompt (text or token ids).
 
     An engine with a raw-prompt path (`complete(prompt, options)`) continues the text as it
-    is; any other gets the prompt as one user message through the chat template.
+    is; any other gets a text prompt as one user message through the chat template.
     """
     def run(engine: Engine) -> Iterator[Chunk]:
         complete = getattr(engine, "complete", None)
         if callable(complete):
             return complete(prompt, options)
+        if not isinstance(prompt, str):
+            raise UnsupportedRequest("this engine takes text prompts only", param="prompt")
         return engine.chat([Message("user", prompt)], options)
 
     return run

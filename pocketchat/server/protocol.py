@@ -2,14 +2,14 @@
 
 Every field OpenAI documents is either used, accepted and ignored (it changes nothing a
 client relies on: `user`, `metadata`, `store` ...), or refused with a 400 that names it where
-ignoring it would mislead (`logit_bias`, legacy `functions`, audio, image parts). Unknown
+ignoring it would mislead (legacy `functions`, audio, image parts). Unknown
 fields are ignored, as OpenAI-compatible servers do.
 
 Used: `tools`, `tool_choice`, `parallel_tool_calls` (the engine renders the tools with the
 model's template and parses its calls), `response_format` (`json_object`, `json_schema`:
 enforced by the engine while sampling), `logprobs` / `top_logprobs` (up to 20), `n` (up to
 MAX_N answers, seeds seed, seed+1, ...), the sampling fields (`temperature`, `top_p`, `min_p`,
-`presence_penalty`, `frequency_penalty`, llama.cpp's `top_k`, `repeat_penalty`, `ignore_eos`).
+`presence_penalty`, `frequency_penalty`, `logit_bias`, llama.cpp's `top_k`, `repeat_penalty`, `ignore_eos`).
 History: assistant turns with `tool_calls` and `reasoning_content`, `tool` results; a trailing
 assistant message is a prefill the answer continues.
 
@@ -41,7 +41,6 @@ FUNCTION_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 REFUSED = {
     "functions": "the legacy 'functions' field is not supported; send 'tools' instead",
     "function_call": "the legacy 'function_call' field is not supported; send 'tool_choice' instead",
-    "logit_bias": "logit_bias is not supported by this server",
     "audio": "audio output is not supported by this server",
     "prediction": "predicted outputs are not supported by this server",
     "web_search_options": "web search is not supported by this server",
@@ -63,11 +62,15 @@ class ChatRequest:
     return_progress: bool = False  # stream `prompt_progress` events while the prompt is read
 
 
+Prompt = str | tuple[int, ...]  # a raw prompt: text, or token ids
+
+
 @dataclass(frozen=True)
 class CompletionRequest:
-    """A validated legacy completions request (`/v1/completions`): one raw prompt."""
+    """A validated legacy completions request (`/v1/completions`): raw prompts (text or token
+    ids), each answered `n` times; choice `i * n + j` is prompt i's answer j."""
 
-    prompt: str
+    prompts: tuple[Prompt, ...]
     options: ChatOptions
     model: str | None = None
     stream: bool = False
@@ -391,7 +394,33 @@ def _sampling(data: dict) -> dict[str, Any]:
         max_tokens=max_tokens,
         seed=None if seed is None else seed % 2**32,
         ignore_eos=bool(_flag(data, "ignore_eos")),
+        logit_bias=parse_logit_bias(data.get("logit_bias")),
     )
+
+
+MAX_LOGIT_BIAS = 300  # token ids a request may bias (OpenAI takes up to 300)
+
+
+def parse_logit_bias(value: Any) -> tuple[tuple[int, float], ...]:
+    """`logit_bias`: {"token id": bias from -100 to 100} -> ((id, bias), ...)."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        raise bad("'logit_bias' must be an object mapping token ids to a bias from -100 to 100",
+                  "logit_bias", "invalid_type")
+    if len(value) > MAX_LOGIT_BIAS:
+        raise bad(f"'logit_bias' takes at most {MAX_LOGIT_BIAS} tokens", "logit_bias", "invalid_value")
+    out = []
+    for key, bias in value.items():
+        if not (isinstance(key, str) and key.isdigit()):
+            raise bad(f"'logit_bias' keys must be token ids (digits), got {key!r}", "logit_bias",
+                      "invalid_value")
+        if (isinstance(bias, bool) or not isinstance(bias, (int, float)) or not math.isfinite(bias)
+                or not -100 <= bias <= 100):
+            raise bad(f"'logit_bias[{key}]' must be a number from -100 to 100", "logit_bias",
+                      "invalid_value")
+        out.append((int(key), float(bias)))
+    return tuple(out)
 
 
 def _streaming(data: dict) -> tuple[bool, bool]:
@@ -437,20 +466,24 @@ def parse_chat_request(body: bytes) -> ChatRequest:
     )
     return ChatRequest(messages=messages, options=options, model=model, stream=stream,
                        include_usage=include_usage, stop=_stops(data.get("stop")), n=n,
-                       logprobs=logprobs, return_progress=stream and bool(_flag(data, "return_progress")))
+                       logprobs=logprobs,
+                       return_progress=stream and bool(_flag(data, "return_progress")))
 
 
 def parse_completion_request(body: bytes) -> CompletionRequest:
     """Validate a legacy completions body (one prompt string); ApiError (400) names the field."""
     data = parse_json(body)
     model = _model(data)
-    prompt = data.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    if not isinstance(prompt, str):
-        raise bad("'prompt' must be a string (one prompt per request; token arrays are not "
-                  "supported)", "prompt", "invalid_type")
-    for key, default in (("suffix", ""), ("best_of", 1), ("logit_bias", {})):
+    prompts = _prompts(data.get("prompt"))
+    n = _integer(data, "n", 1, MAX_N) or 1
+    if len(prompts) * n > MAX_N:
+        raise bad(f"{len(prompts)} prompts x n={n} answers is more than the {MAX_N} choices one "
+                  "request may ask for", "prompt", "invalid_value")
+    echo = bool(_flag(data, "echo"))
+    if echo and not all(isinstance(p, str) for p in prompts):
+        raise bad("'echo' needs text prompts (token-id prompts cannot be echoed)", "echo",
+                  "invalid_value")
+    for key, default in (("suffix", ""), ("best_of", 1)):
         if data.get(key) not in (None, default):
             raise bad(f"'{key}' is not supported by this server", key, "unsupported_parameter")
     stream, include_usage = _streaming(data)
@@ -459,11 +492,35 @@ def parse_completion_request(body: bytes) -> CompletionRequest:
     if sampling["max_tokens"] is None:
         sampling["max_tokens"] = COMPLETION_MAX_TOKENS  # OpenAI's default for this endpoint
     options = ChatOptions(**sampling, thinking=False, logprobs=logprobs)
-    return CompletionRequest(prompt=prompt, options=options, model=model, stream=stream,
+    return CompletionRequest(prompts=prompts, options=options, model=model, stream=stream,
                              include_usage=include_usage, stop=_stops(data.get("stop")),
-                             n=_integer(data, "n", 1, MAX_N) or 1, echo=bool(_flag(data, "echo")),
-                             logprobs=logprobs,
+                             n=n, echo=echo, logprobs=logprobs,
                              return_progress=stream and bool(_flag(data, "return_progress")))
+
+
+def _is_token(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _prompts(value: Any) -> tuple[Prompt, ...]:
+    """`prompt`: a string, token ids, or a list of either (one choice each)."""
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list) and value:
+        if all(_is_token(t) for t in value):
+            return (tuple(value),)
+        out: list[Prompt] = []
+        for p in value:
+            if isinstance(p, str):
+                out.append(p)
+            elif isinstance(p, list) and p and all(_is_token(t) for t in p):
+                out.append(tuple(p))
+            else:
+                break
+        else:
+            return tuple(out)
+    raise bad("'prompt' must be a string, a list of token ids, or a list of strings or of "
+              "token-id lists", "prompt", "invalid_type")
 
 
 # -- answers ------------------------------------------------------------------------------------

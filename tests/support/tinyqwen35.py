@@ -53,6 +53,39 @@ QWEN35_TEMPLATE = (
     "{%- endif %}"
 )
 
+# Like Qwen3.6's template where reasoning is concerned (written for these tests): an assistant
+# turn's reasoning is its `reasoning_content`, else the part of its content before `</think>`,
+# trimmed; it is rendered as `<think>\nR\n</think>\n\n` before the content for the turns
+# after the last user message, and for every turn with `preserve_thinking`; other turns show
+# their content only. The generation prompt ends in `<think>\n` (thinking on) or
+# `<think>\n\n</think>\n\n` (off).
+QWEN36_TEMPLATE = (
+    "{%- set ns = namespace(last_query=-1) %}"
+    "{%- for m in messages %}{%- if m.role == 'user' %}{%- set ns.last_query = loop.index0 %}"
+    "{%- endif %}{%- endfor %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'assistant' %}"
+    "{%- set content = message.content or '' %}"
+    "{%- set reasoning = '' %}"
+    "{%- if message.reasoning_content is string %}{%- set reasoning = message.reasoning_content %}"
+    "{%- elif '</think>' in content %}"
+    "{%- set reasoning = content.split('</think>')[0].split('<think>')[-1] %}"
+    "{%- set content = content.split('</think>')[-1].lstrip('\\n') %}{%- endif %}"
+    "{%- if (preserve_thinking is defined and preserve_thinking is true) "
+    "or loop.index0 > ns.last_query %}"
+    "{{- '<|im_start|>assistant\\n<think>\\n' + reasoning | trim + '\\n</think>\\n\\n' + content }}"
+    "{%- else %}{{- '<|im_start|>assistant\\n' + content }}{%- endif %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}{%- else %}{{- '<think>\\n' }}{%- endif %}"
+    "{%- endif %}"
+)
+
 # Like Qwen3.5/3.6's template where tools are concerned (written for these tests): the tools are
 # listed as JSON lines inside <tools></tools> in the system turn with the XML call format; an
 # assistant turn's tool_calls are rendered in that format (arguments iterated as an object, a
@@ -221,16 +254,33 @@ def add_hparams(w, shape: Qwen35Shape) -> None:
     w.add_uint32(f"{arch}.full_attention_interval", s.full_attention_interval)
 
 
+ASCII_TEXT = [0x0A, *range(0x20, 0x7F)]  # newline and the printable ASCII bytes
+
+
 def write_tiny_qwen35moe(path: Path, *, seed: int = 0, n_layer: int = N_LAYER,
-                         chat_template: str = CHAT_TEMPLATE) -> Path:
+                         chat_template: str = CHAT_TEMPLATE, ascii_only: bool = False) -> Path:
+    """The tiny random-weight qwen35moe. `ascii_only`: its vocabulary is newline, the printable
+    ASCII bytes (no merges), `<|im_start|>` (user-defined: written as text) and `<|im_end|>`
+    (its only control token, end of text), so whatever it writes encodes back to the same
+    tokens: a history rendered from its answers extends its state exactly. `<think>` and
+    `</think>` are plain text there."""
     import gguf
 
     shape = replace(TINY, n_layer=n_layer)
     rng = np.random.default_rng(seed)
-    tokens = byte_symbols() + ["he", "ll"] + SPECIALS
-    token_types = [gguf.TokenType.NORMAL] * 258 + [gguf.TokenType.CONTROL] * 3 + [
-        gguf.TokenType.USER_DEFINED
-    ] * 2
+    symbols = byte_symbols()
+    if ascii_only:
+        words = [symbols[b] for b in ASCII_TEXT]
+        tokens = words + ["<|im_start|>", "<|im_end|>"]
+        token_types = [gguf.TokenType.NORMAL] * len(words) + [gguf.TokenType.USER_DEFINED,
+                                                               gguf.TokenType.CONTROL]
+        bos = tokens.index("<|im_start|>")
+    else:
+        tokens = symbols + ["he", "ll"] + SPECIALS
+        token_types = [gguf.TokenType.NORMAL] * 258 + [gguf.TokenType.CONTROL] * 3 + [
+            gguf.TokenType.USER_DEFINED
+        ] * 2
+        bos = tokens.index("<|endoftext|>")
     n_vocab = len(tokens)
     w = gguf.GGUFWriter(str(path), "qwen35moe")
     w.add_name("tiny-qwen35moe-test")
@@ -240,10 +290,11 @@ def write_tiny_qwen35moe(path: Path, *, seed: int = 0, n_layer: int = N_LAYER,
     w.add_tokenizer_pre("qwen2")
     w.add_token_list(tokens)
     w.add_token_types(token_types)
-    w.add_token_merges(["h e", "l l"])
-    w.add_bos_token_id(tokens.index("<|endoftext|>"))
+    # llama.cpp wants merges; the ASCII vocabulary's one joins two bytes it never holds
+    w.add_token_merges([f"{symbols[0]} {symbols[1]}"] if ascii_only else ["h e", "l l"])
+    w.add_bos_token_id(bos)
     w.add_eos_token_id(tokens.index("<|im_end|>"))
-    w.add_pad_token_id(tokens.index("<|endoftext|>"))
+    w.add_pad_token_id(bos)
     w.add_add_bos_token(False)
     w.add_chat_template(chat_template)
     for spec in tensor_table(shape, n_vocab):

@@ -31,7 +31,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from pocketchat.errors import EngineError
+from pocketchat.errors import EngineError, UnsupportedRequest
 from pocketchat.modelfile import gguf as ggufcheck
 from pocketchat.engines.base import Cancelled, EngineBase, SamplingSettings, Step, Timing
 from pocketchat.engines.constrain.control import TokenControl
@@ -177,6 +177,17 @@ class LlamaCppEngine(EngineBase):
     def _encode(self, text: str) -> list[int]:
         return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
 
+    def _prompt_tokens(self, prompt: str | Sequence[int]) -> list[int]:
+        """A raw prompt: BOS first when the GGUF asks for it (as llama.cpp's own completion);
+        token ids are checked against the vocabulary (llama.cpp aborts on a foreign one)."""
+        if isinstance(prompt, str):
+            return self._llm.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
+        tokens = [int(t) for t in prompt]
+        if any(not 0 <= t < self._n_vocab for t in tokens):
+            raise UnsupportedRequest(f"the prompt has a token id outside this model's vocabulary "
+                                     f"(0 to {self._n_vocab - 1})", param="prompt")
+        return tokens
+
     # -- evaluation -------------------------------------------------------------------------
 
     def _decode(self, tokens: Sequence[int], *, logits_last: bool) -> None:
@@ -221,6 +232,14 @@ class LlamaCppEngine(EngineBase):
         self._free_sampler()
         chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
         add = lambda smpl: lib.llama_sampler_chain_add(chain, smpl)  # noqa: E731
+        if s.logit_bias:
+            if any(not 0 <= t < self._n_vocab for t, _ in s.logit_bias):
+                lib.llama_sampler_free(chain)
+                raise UnsupportedRequest(f"logit_bias names a token id outside this model's "
+                                         f"vocabulary (0 to {self._n_vocab - 1})", param="logit_bias")
+            biases = (lib.llama_logit_bias * len(s.logit_bias))(
+                *(lib.llama_logit_bias(t, b) for t, b in s.logit_bias))
+            add(lib.llama_sampler_init_logit_bias(self._n_vocab, len(biases), biases))
         if s.repeat_penalty != 1.0 or s.presence_penalty or s.frequency_penalty:
             add(lib.llama_sampler_init_penalties(self._n_vocab, PENALTY_LAST_N, s.repeat_penalty,
                                                  s.frequency_penalty, s.presence_penalty))

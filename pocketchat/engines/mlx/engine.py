@@ -169,9 +169,11 @@ class MlxEngine(EngineBase):
         s = self._sampling_now
         assert s is not None
         sampler = make_sampler(temp=s.temperature, top_p=s.top_p, min_p=s.min_p, top_k=s.top_k)
-        bias = {t: float("-inf") for t in self._tok.eos_token_ids} if opts.ignore_eos else None
+        bias = dict(s.logit_bias)
+        if opts.ignore_eos:
+            bias.update({t: float("-inf") for t in self._tok.eos_token_ids})
         processors = make_logits_processors(
-            logit_bias=bias,
+            logit_bias=bias or None,
             repetition_penalty=s.repeat_penalty if s.repeat_penalty != 1.0 else None,
             presence_penalty=s.presence_penalty or None,
             frequency_penalty=s.frequency_penalty or None)
