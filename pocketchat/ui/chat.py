@@ -25,7 +25,7 @@ from pocketchat.errors import EngineCrashed, HelperGone
 from pocketchat.engines.types import ChatOptions, Engine, EngineInfo
 from pocketchat.ui import modelstate
 from pocketchat.ui.follow import Follower
-from pocketchat.ui.format import describe_error, human_bytes, prompt_progress_line
+from pocketchat.ui.format import describe_error, prompt_progress_line, restoring_line
 from pocketchat.ui.messages import EngineLost
 from pocketchat.ui.holding import Holding
 from pocketchat.ui.screens import ConversationsScreen, SystemPromptScreen
@@ -47,11 +47,6 @@ ENGINE_WAIT = 120.0  # the longest a new answer waits for a state save or load t
 SHOW_WAIT = 1.0  # the longest a new answer waits for the screen to show the message
 STATUS_INTERVAL = 0.5  # the status bar's figures change at most twice a second while streaming
 RESTART_HINT = "Ctrl+R restarts the engine (this conversation is kept); Ctrl+N starts a new chat."
-
-
-def restoring_line(size: int | None = None) -> str:
-    """The status while a saved model state loads (llama.cpp reports no progress for it)."""
-    return "Restoring the chat's saved model state" + (f" ({human_bytes(size)})" if size else "")
 
 
 class Chat(Vertical):

@@ -61,6 +61,11 @@ def meter(fraction: float, width: int = 10) -> str:
     return bar + "░" * (width - len(bar))
 
 
+def restoring_line(size: int | None = None) -> str:
+    """The status while a saved model state loads (llama.cpp reports no progress for it)."""
+    return "Restoring the chat's saved model state" + (f" ({human_bytes(size)})" if size else "")
+
+
 def prompt_progress_line(done: int, total: int, tok_s: float, seconds_left: float | None) -> str:
     """'Reading the prompt 1,024/3,525 tokens · 240 tok/s · 10.4 s left' (plain text)."""
     parts = [f"Reading the prompt {done:,}/{total:,} tokens"]
