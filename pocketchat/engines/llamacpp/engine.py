@@ -13,8 +13,8 @@ holds (generated tokens as generated):
   being sampled are read as a numpy view of `llama_get_logits_ith`'s buffer, and the control
   (`constrain.control.TokenControl`) records them and masks them in place before the chain runs;
 - the state's cut/snapshot/restore operations are `state.LlamaState`'s;
-- with a plan's `parallel` N > 1 the context holds N sequences: `sequences()` gives N engines
-  over it (this one is sequence 0), whose tokens go through one `slots.Batcher` (one
+- with a plan's `parallel` N > 1 the context holds N sequences: N engines
+  over it (`sequence_engines()`; this one is sequence 0), whose tokens go through one `slots.Batcher` (one
   `llama_batch` a step, each sequence sampling at its own batch index); `slots.Slots` is the
   engine over them. With N = 1 none of that exists: the path below is unchanged;
 - the stats come from llama.cpp's own counters, reset at the start of each answer (with
@@ -137,7 +137,7 @@ class LlamaCppEngine(EngineBase):
         self._abort_cb = lib.ggml_abort_callback(lambda _data: self._cancel.is_set())
         self._no_abort = lib.ggml_abort_callback()
 
-    def sequences(self) -> list["LlamaCppEngine"]:
+    def sequence_engines(self) -> list["LlamaCppEngine"]:
         """The engines of the context's sequences (this one first), sharing the model."""
         engines = [self]
         for seq in range(1, max(1, self.plan.parallel)):
