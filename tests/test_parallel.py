@@ -113,7 +113,8 @@ def _rss(pid: int) -> int:
 
 
 def _worker_pid(server_pid: int) -> int:
-    kids = Path(f"/proc/{server_pid}/task/{server_pid}/children").read_text().split()
+    kids = [k for task in Path(f"/proc/{server_pid}/task").iterdir()  # any thread's children
+            for k in (task / "children").read_text().split()]
     for kid in kids:
         cmd = Path(f"/proc/{kid}/cmdline").read_bytes()
         if b"multiprocessing" in cmd and b"resource_tracker" not in cmd:
@@ -136,7 +137,8 @@ def _streams(srv, count: int, seed: int) -> list[str]:
         with httpx.stream("POST", srv.url + "/v1/chat/completions", json=body,
                           timeout=300) as resp:
             if resp.status_code != 200:
-                ends[i] = str(resp.status_code)
+                resp.read()
+                ends[i] = f"{resp.status_code} {resp.text[:300]}"
                 return
             seen = 0
             for line in resp.iter_lines():

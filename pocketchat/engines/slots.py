@@ -17,7 +17,8 @@ Two parts:
   cache, sampler and sequence of the shared context). `chat()` takes a free sequence, the one
   whose last conversation shares the most leading messages with the new one (as llama.cpp's
   server picks the slot with the longest common prefix), and returns an answer that can be
-  cancelled alone (`SlotAnswer.cancel`). Beyond N, `chat()` refuses (the server queues).
+  cancelled alone (`SlotAnswer.cancel`). Beyond N, `chat()` waits a bounded time for a
+  sequence still settling its last answer, then refuses (the server queues before that).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from pocketchat.engines.types import ChatOptions, Chunk, EngineInfo, Message
 
 CHUNK_TOKENS = 64  # prompt tokens a step carries while other sequences decode
 WAIT_SECONDS = 0.02  # how long a step waits for a member that has not submitted yet
+FREE_WAIT_SECONDS = 30.0  # how long chat() waits for a sequence still settling its last answer
 
 
 class StepCancelled(Exception):
@@ -251,7 +253,7 @@ class Slots:
         self.info: EngineInfo = first.info
         self.plan = first.plan
         self.n_ctx = first.n_ctx
-        self._lock = threading.Lock()
+        self._lock = threading.Condition(threading.Lock())
         self._busy: set[int] = set()
         self._last: dict[int, tuple[Message, ...]] = {}
         self._used: dict[int, float] = {}
@@ -293,6 +295,9 @@ class Slots:
             raise EngineError("the engine is closed", hint="Open the model again.")
         messages = tuple(messages)
         with self._lock:
+            # A sequence whose answer was delivered may still be settling (or ending after a
+            # cancel) when the server's next request comes: wait for it, a bounded time.
+            self._lock.wait_for(lambda: len(self._busy) < len(self.engines), FREE_WAIT_SECONDS)
             k = self._pick(messages)
             self._busy.add(k)
             self._last[k] = messages
@@ -302,6 +307,7 @@ class Slots:
     def _release(self, seq: int) -> None:
         with self._lock:
             self._busy.discard(seq)
+            self._lock.notify_all()
 
     def cancel(self) -> None:
         for engine in self.engines:
