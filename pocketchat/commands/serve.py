@@ -162,9 +162,10 @@ def with_parallel(choice, parallel: int | None):
     """The choice with its plan's sequences: `--parallel N`, else the plan's own figure."""
     from dataclasses import replace
 
-    if parallel is None or parallel == choice.plan.parallel:
+    n = parallel if parallel is not None else choice.plan.serve_parallel
+    if n == choice.plan.parallel:
         return choice
-    return replace(choice, plan=replace(choice.plan, parallel=parallel))
+    return replace(choice, plan=replace(choice.plan, parallel=n))
 
 
 def stoppable_server(config, host) -> "uvicorn.Server":  # noqa: F821 - imported lazily
