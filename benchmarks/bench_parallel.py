@@ -154,8 +154,14 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--ctx", type=int, default=1024)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="the bare loop's threads (default: the plan's, as the servers use)")
     args = ap.parse_args()
+    if args.threads is None:
+        from pocketchat.select import defaults
+        from pocketchat.select.probe import detect
+
+        args.threads = defaults.threads(detect(measure_bandwidth=False))
     tmp = Path(tempfile.mkdtemp(prefix="bench-parallel-"))
     spec, path = model_path(args.model, tmp)
     MODEL[0] = spec
