@@ -57,7 +57,8 @@ def stream(url: str, prompt: str, tokens: int, out: dict) -> None:
         if not line.startswith("data:") or line == "data: [DONE]":
             continue
         event = json.loads(line[5:])
-        if any(c.get("delta", {}).get("content") for c in event.get("choices", [])):
+        if any(c.get("delta", {}).get("content") or c.get("delta", {}).get("reasoning_content")
+               for c in event.get("choices", [])):  # a thinking model's first tokens are reasoning
             if n == 0:
                 out["ttft"] = time.monotonic() - start
             n += 1

@@ -132,7 +132,7 @@ def _streams(srv, count: int, seed: int) -> list[str]:
     def one(i: int) -> None:
         drop = rng.random() < 0.5
         keep = rng.randint(1, 6)
-        body = {"model": "starter", "stream": True, "max_tokens": 64, "temperature": 0,
+        body = {"model": "starter", "stream": True, "max_tokens": 32, "temperature": 0,
                 "messages": [{"role": "user", "content": f"Story number {i}, please."}]}
         with httpx.stream("POST", srv.url + "/v1/chat/completions", json=body,
                           timeout=300) as resp:
@@ -212,3 +212,57 @@ def test_sixteen_streams_with_disconnects_free_every_sequence_and_memory(tmp_pat
                    for r in results)
         grown = _rss(worker) - after_warmup
         assert grown <= 16 * 2**20, f"the worker grew by {grown / 2**20:.1f} MiB"
+
+
+def test_the_host_runs_n_answers_at_once_queues_the_rest_and_health_shows_both():
+    import asyncio
+
+    from pocketchat.engines.types import Chunk, Stats
+    from pocketchat.server.host import EngineHost
+
+    release = threading.Event()
+
+    class Held:  # answers hold after their first chunk until released
+        def chat(self, messages, options):
+            yield Chunk(text="a")
+            release.wait(30)
+            yield Chunk(stats=Stats(), finish_reason="stop")
+
+        def cancel(self):
+            release.set()
+
+        def close(self):
+            pass
+
+    async def main() -> list[dict]:
+        host = EngineHost(Held, slots=2, queue_size=4)
+        await host.start()
+        seen = [host.health()]
+
+        async def one() -> str:
+            async with host.generate((Message("user", "hi"),), ChatOptions()) as answer:
+                return [c.finish_reason async for c in answer][-1]
+
+        tasks = [asyncio.create_task(one()) for _ in range(3)]
+        while not (host.running == 2 and host.waiting == 1):
+            await asyncio.sleep(0.01)
+        seen.append(host.health())
+        release.set()
+        assert await asyncio.gather(*tasks) == ["stop"] * 3
+        seen.append(host.health())
+        await host.stop()
+        return seen
+
+    before, during, after = asyncio.run(main())
+    assert before["slots"] == {"total": 2, "busy": 0}
+    assert during["slots"] == {"total": 2, "busy": 2} and during["queued"] == 1 and during["busy"]
+    assert after["slots"]["busy"] == 0 and after["queued"] == 0 and not after["busy"]
+
+
+def test_health_says_when_the_backend_answers_one_at_a_time():
+    from pocketchat.server.host import EngineHost
+
+    host = EngineHost(lambda: None, slots=1, one_at_a_time="mlx answers one at a time")
+    health = host.health()
+    assert health["slots"]["total"] == 1
+    assert health["parallel_note"] == "mlx answers one at a time"
