@@ -1,6 +1,7 @@
 """Several clients at once: `serve --parallel 4` vs one client vs a bare batched llama.cpp loop.
 
-In one run, alternating round by round so every figure sees the same load on the machine:
+In one run, round by round, each round starting with the next figure (a pause between them),
+so every figure sees the same load on the machine:
   one@p1    `pocketchat serve --parallel 1` (today's path), one client asking --tokens tokens
   one@p4    `pocketchat serve --parallel 4`, one client (the single user's cost of the batcher)
   four@p4   the same server, 4 concurrent clients, each --tokens tokens
@@ -32,6 +33,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from support.serverproc import ServerProcess  # noqa: E402
 
+PAUSE = 1.0  # seconds between measurements
 MODEL = ["starter"]  # the name the servers answer to (the --model spec)
 PROMPTS = ["Write a short story about a lighthouse keeper and a storm.",
            "Explain how a bicycle gear works.",
@@ -180,13 +182,19 @@ def main() -> int:
         for srv in servers.values():  # warm-up: pages in, first-request costs
             clients(srv.url, 1, 8)
         bare.run(8)
+        def four() -> float:
+            tok_s, t = clients(servers[4].url, 4, args.tokens)
+            ttfts.extend(t)
+            return tok_s
+
+        measures = {"one@p1": lambda: clients(servers[1].url, 1, args.tokens)[0],
+                    "one@p4": lambda: clients(servers[4].url, 1, args.tokens)[0],
+                    "four@p4": four, "bare": lambda: bare.run(args.tokens)}
+        names = list(measures)
         for r in range(args.runs):
-            figures["one@p1"].append(clients(servers[1].url, 1, args.tokens)[0])
-            figures["one@p4"].append(clients(servers[4].url, 1, args.tokens)[0])
-            four, t = clients(servers[4].url, 4, args.tokens)
-            figures["four@p4"].append(four)
-            ttfts += t
-            figures["bare"].append(bare.run(args.tokens))
+            for name in names[r % 4:] + names[: r % 4]:  # each round starts with the next one
+                time.sleep(PAUSE)  # the last one's spinning threads settle
+                figures[name].append(measures[name]())
             print(f"run {r + 1}: " + "  ".join(f"{k} {v[-1]:.1f}" for k, v in figures.items()),
                   flush=True)
     finally:
