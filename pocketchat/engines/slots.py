@@ -16,7 +16,8 @@ Two parts:
 - `Slots`: the `Engine` over N sequence engines (each an `EngineBase` with its own prefix
   cache, sampler and sequence of the shared context). `chat()` takes a free sequence, the one
   whose last conversation shares the most leading messages with the new one (as llama.cpp's
-  server picks the slot with the longest common prefix), and returns an answer that can be
+  server picks the slot with the longest common prefix; one still readying its cache after
+  delivering the previous turn of the same conversation is waited for), and returns an answer that can be
   cancelled alone (`SlotAnswer.cancel`). Beyond N, `chat()` waits a bounded time for a
   sequence still settling its last answer, then refuses (the server queues before that).
 """
@@ -222,10 +223,13 @@ class SlotAnswer:
 
     def __next__(self) -> Chunk:
         try:
-            return next(self._chunks)
+            chunk = next(self._chunks)
         except BaseException:
             self._release()
             raise
+        if chunk.finish_reason is not None:
+            self._slots._settling_now(self.seq)
+        return chunk
 
     def cancel(self) -> None:
         self._slots.engines[self.seq].cancel()
@@ -255,6 +259,7 @@ class Slots:
         self.n_ctx = first.n_ctx
         self._lock = threading.Condition(threading.Lock())
         self._busy: set[int] = set()
+        self._settling: set[int] = set()  # answers delivered, the sequence readying its cache
         self._last: dict[int, tuple[Message, ...]] = {}
         self._used: dict[int, float] = {}
         self._closed = False
@@ -273,21 +278,30 @@ class Slots:
             raise AttributeError(name)
         return getattr(self.engines[0], name)
 
+    def _shared(self, k: int, messages: tuple[Message, ...]) -> int:
+        """The leading messages sequence `k`'s last conversation shares with `messages`."""
+        n = 0
+        for a, b in zip(self._last.get(k, ()), messages):
+            if a != b:
+                break
+            n += 1
+        return n
+
+    def _ready(self, messages: tuple[Message, ...]) -> bool:
+        """A sequence is free, and none still settling shares more with `messages` (the
+        conversation's own sequence, readying its cache for this very request: worth a wait)."""
+        free = [k for k in range(len(self.engines)) if k not in self._busy]
+        if not free:
+            return False
+        best = max(self._shared(k, messages) for k in free)
+        return all(self._shared(k, messages) <= best for k in self._settling)
+
     def _pick(self, messages: tuple[Message, ...]) -> int:
         free = [k for k in range(len(self.engines)) if k not in self._busy]
         if not free:
             raise EngineError(f"all {len(self.engines)} sequences are answering",
                               hint="Wait for an answer to end, or serve with a larger --parallel.")
-
-        def shared(k: int) -> int:
-            n = 0
-            for a, b in zip(self._last.get(k, ()), messages):
-                if a != b:
-                    break
-                n += 1
-            return n
-
-        return max(free, key=lambda k: (shared(k), -self._used.get(k, 0.0)))
+        return max(free, key=lambda k: (self._shared(k, messages), -self._used.get(k, 0.0)))
 
     def chat(self, messages: Sequence[Message], options: ChatOptions | None = None
              ) -> SlotAnswer:
@@ -297,16 +311,21 @@ class Slots:
         with self._lock:
             # A sequence whose answer was delivered may still be settling (or ending after a
             # cancel) when the server's next request comes: wait for it, a bounded time.
-            self._lock.wait_for(lambda: len(self._busy) < len(self.engines), FREE_WAIT_SECONDS)
+            self._lock.wait_for(lambda: self._ready(messages), FREE_WAIT_SECONDS)
             k = self._pick(messages)
             self._busy.add(k)
             self._last[k] = messages
             self._used[k] = time.monotonic()
         return SlotAnswer(self, k, self.engines[k].chat(messages, options))
 
+    def _settling_now(self, seq: int) -> None:
+        with self._lock:
+            self._settling.add(seq)
+
     def _release(self, seq: int) -> None:
         with self._lock:
             self._busy.discard(seq)
+            self._settling.discard(seq)
             self._lock.notify_all()
 
     def cancel(self) -> None:
