@@ -111,6 +111,13 @@ def checkpoint_bytes(recurrent_state_bytes: int, count: int = MAX_CHECKPOINTS) -
     return min(max(count, 0) * max(recurrent_state_bytes, 0), MAX_CHECKPOINT_BYTES)
 
 
+# The prompt cache across conversations (parked sequence states, `engines/prompt_cache.py`):
+# by default this share of the RAM the plan leaves free, at most MAX_PROMPT_CACHE_BYTES (as
+# llama.cpp's server's host cache); `serve --prompt-cache-mb` sets it, 0 turns it off.
+PROMPT_CACHE_SHARE = 0.25
+MAX_PROMPT_CACHE_BYTES = 8 * GiB
+
+
 @dataclass(frozen=True)
 class LoadPlan:
     """How to load one build on one machine."""
@@ -130,6 +137,7 @@ class LoadPlan:
     checkpoints: int = MAX_CHECKPOINTS  # recurrent-state copies the prompt cache may keep
     parallel: int = 1  # sequences loaded and decoded together; each has n_ctx tokens
     serve_parallel: int = 1  # what `serve` loads by default: the sequences the memory holds
+    prompt_cache_bytes: int = 0  # parked states of other conversations (0: off)
     sampling: Sampling = field(default_factory=Sampling)
     notes: tuple[str, ...] = ()  # what the plan changed from the request, for the user
     # Pooling over llama.cpp's RPC backend: each helper's HOST:PORT and the transformer

@@ -13,6 +13,7 @@ import argparse
 import ipaddress
 import socket
 import sys
+from dataclasses import replace
 
 from pocketchat.errors import PocketchatError, UsageError
 
@@ -33,6 +34,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--parallel", type=int, default=None, metavar="N",
                    help="answers decoded together, each on its own sequence of n_ctx tokens "
                         "(llama.cpp; default: what the plan's memory allows, at most 4)")
+    p.add_argument("--prompt-cache-mb", type=int, default=None, metavar="N",
+                   help="RAM for the states of recent conversations, so clients that take "
+                        "turns do not re-read their whole conversation (0: off; default: a "
+                        "share of the memory the model leaves free, shown by /health)")
     p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
                    help="let web pages from ORIGIN (e.g. https://app.example.com; '*' for any) "
                         "call the server from a browser; pages on this machine (localhost) "
@@ -91,6 +96,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--parallel must be between 1 and 64, got {args.parallel}")
     for origin in args.cors_origin:
         parse_origin(origin)  # UsageError before anything is loaded
+    if args.prompt_cache_mb is not None and args.prompt_cache_mb < 0:
+        raise UsageError(f"--prompt-cache-mb must be 0 or more, got {args.prompt_cache_mb}",
+                         hint="Give the megabytes of RAM for the prompt cache; 0 turns it off.")
     api_key = args.api_key or settings().api_key
     loopback = is_loopback(args.host)
     if not loopback and not api_key:
@@ -104,6 +112,9 @@ def run(args: argparse.Namespace) -> int:
         choice = api.choose(sel, confirm=make_confirm(sel.yes), progress=progress)
     finally:
         progress.finish()
+    if args.prompt_cache_mb is not None:
+        choice = replace(choice, plan=replace(choice.plan,
+                                              prompt_cache_bytes=args.prompt_cache_mb * 1024**2))
     sock = bind(args.host, args.port)
     return _serve(args, choice, sock, api_key, loopback)
 

@@ -4,7 +4,10 @@ One answer, step by step (`EngineBase._answer`):
 1. the conversation is fitted into the window (`context.fit_messages`, oldest turns out) and
    rendered with the model's chat template (thinking on/off), then tokenized;
 2. the prefix cache (`prefix_cache.PrefixCache`) keeps the longest part of the model's state
-   the prompt shares with what it holds (cut back, or restored from a checkpoint);
+   the prompt shares with what it holds (cut back, or restored from a checkpoint); before
+   that, the prompt cache across conversations (`prompt_cache.PromptCache`) parks the live
+   state if the prompt leaves it, and brings back a parked one when it gives more of the
+   prompt; a long first system message is parked once the prompt is evaluated past it;
 3. for a state that cannot be cut back (recurrent layers), the prompt is evaluated up to the
    end of the last user message first and a checkpoint is taken there;
 4. the backend evaluates the rest and samples (`_generate`), cancellable; text goes through
@@ -52,6 +55,7 @@ from pocketchat.engines.constrain.toolcalls import ToolCallParser, call_format
 from pocketchat.engines.constrain.tools import knows_tools, template_messages
 from pocketchat.engines.context import fit_messages, reply_reserve
 from pocketchat.engines.prefix_cache import PrefixCache, common_prefix
+from pocketchat.engines.prompt_cache import PromptCache
 from pocketchat.engines.template import thinking_prompt
 from pocketchat.engines.thinking import CLOSE_TAG, OPEN_TAG
 from pocketchat.engines.types import (
@@ -162,6 +166,7 @@ class PromptPlan:
     dropped: int
     stable: int | None  # where the conversation ends before the generation prompt
     prefill: Message | None = None  # a trailing assistant turn the answer continues
+    shared: int | None = None  # where a long first system message ends (a shared prefix)
 
 
 @dataclass
@@ -173,6 +178,7 @@ class Progress:
     prepared: int  # tokens evaluated after the previous answer, for this one
     kept: int = 0  # tokens of the prompt reused from the cache
     ttft: float | None = None
+    settled: bool = False  # the state ended where this prompt could go on (a boundary)
 
 
 class EngineBase:
@@ -200,12 +206,26 @@ class EngineBase:
         self._init_harness()
         self._ll_tok: Any = None
         self.info = self._load(path, name, on_progress)
+        self.prompt_cache = self._prompt_cache()
         if on_progress:
             on_progress("ready", 1.0)
 
     def _load(self, path: Path, name: str | None, on_progress: ProgressFn | None) -> EngineInfo:
         """Load the model, set n_ctx, cache and the template's traits; what is running."""
         raise NotImplementedError
+
+    def _prompt_cache(self) -> PromptCache:
+        """The cache across conversations, within the plan's budget (off where the backend
+        cannot copy a whole sequence state)."""
+        budget = int(getattr(self.plan, "prompt_cache_bytes", 0) or 0)
+        if not hasattr(self.cache.ops, "save_seq"):
+            return PromptCache(0, note="this backend cannot copy its sequence state: no "
+                                       "prompt cache across conversations")
+        return PromptCache(budget)
+
+    def status(self) -> dict:
+        """Live figures of the engine: its prompt cache across conversations."""
+        return {"cache": self.prompt_cache.status()}
 
     @property
     def thinks(self) -> bool:
@@ -241,6 +261,7 @@ class EngineBase:
             got = self._busy.acquire(timeout=self.close_timeout)
         try:
             self._free()
+            self.prompt_cache.clear()
         finally:
             if got:
                 self._busy.release()
@@ -357,7 +378,30 @@ class EngineBase:
             in_thinking = text.rstrip().endswith(OPEN_TAG)
         else:  # the prefill may have opened the reasoning without closing it
             in_thinking = text.rfind(OPEN_TAG) > text.rfind(CLOSE_TAG)
-        return PromptPlan(tokens, fitted.messages, in_thinking, fitted.dropped, stable, prefill)
+        return PromptPlan(tokens, fitted.messages, in_thinking, fitted.dropped, stable, prefill,
+                          self._shared_end(fitted.messages, tokens, opts))
+
+    def _shared_end(self, messages: tuple[Message, ...], tokens: list[int], opts: ChatOptions
+                    ) -> int | None:
+        """Where a first system message (with the tools the template puts beside it) ends in
+        `tokens`, when the prompt cache is on and it is at least `min_shared` tokens long."""
+        pc = self.prompt_cache
+        if not pc.enabled or len(messages) < 2 or messages[0].role != "system":
+            return None
+        key = repr((messages[0], opts.thinking, opts.tools, opts.template_kwargs))
+        memo = getattr(self, "_shared_memo", None)
+        if memo is not None and memo[0] == key:
+            head = memo[1]
+        else:
+            try:  # a template may refuse a conversation without a user message
+                head = self._encode(self._render(messages[:1], opts.thinking, generation=False,
+                                                 options=opts))
+            except Exception:  # noqa: BLE001 - then no shared prefix is kept
+                head = []
+            self._shared_memo = (key, head)  # the same system message turn after turn
+        if pc.min_shared <= len(head) < len(tokens) and tokens[: len(head)] == head:
+            return len(head)
+        return None
 
     def _token_control(self, plan: PromptPlan, opts: ChatOptions) -> TokenControl | None:
         """The answer's mask and logprobs, or None (nothing to do per token); raises
@@ -382,14 +426,15 @@ class EngineBase:
 
     def _answer(self, messages: tuple[Message, ...], opts: ChatOptions) -> Iterator[Chunk]:
         started = time.perf_counter()
-        prepared, self._prepared, self._settled = self._prepared, 0, False
+        prepared, settled = self._prepared, self._settled
+        self._prepared, self._settled = 0, False
         try:
             plan = self._prompt(messages, opts)
             control = self._token_control(plan, opts)
         except PocketchatError as exc:
             yield Chunk.failed(exc, Stats(context_limit=self.n_ctx))
             return
-        progress = Progress(plan, started, prepared)
+        progress = Progress(plan, started, prepared, settled=settled)
         tools = offered_tools(opts)
         parser = None
         if tools:
@@ -431,9 +476,15 @@ class EngineBase:
         gen = None
         try:
             self._begin(merge_sampling(self.plan.sampling, opts), control)
+            if self.prompt_cache.prepare(self.cache, tokens, at_boundary=progress.settled):
+                progress.prepared = 0  # another conversation's state: none prepared for it
             progress.kept = start = self.cache.prepare(tokens).keep
             if max_new <= 0:
                 return "length", Piece()
+            if plan.shared is not None and plan.shared > start:  # a long system message
+                self._evaluate(tokens[start: plan.shared])
+                self.prompt_cache.park(self.cache.ops, tokens[: plan.shared], shared=True)
+                start = plan.shared
             if plan.stable is not None and plan.stable > start:
                 self._evaluate(tokens[start: plan.stable])
                 self.cache.save_checkpoint()

@@ -143,7 +143,7 @@ def _serve(engine: Any, conn: Any, send: Callable[[tuple], None],
                 msg = conn.recv()
             except (EOFError, OSError):  # the parent is gone
                 msg = ("close",)
-            if msg[0] in ("chat", "save_state", "load_state"):
+            if msg[0] in ("chat", "save_state", "load_state", "status"):
                 requests.put(msg)
             elif msg[0] == "cancel":
                 cancelled.add(msg[1])
@@ -157,9 +157,9 @@ def _serve(engine: Any, conn: Any, send: Callable[[tuple], None],
 
     threading.Thread(target=listen, name="pocketchat-listen", daemon=True).start()
     while (msg := requests.get()) is not None:
-        if msg[0] != "chat":  # ("save_state" | "load_state", req, path): one result back
+        if msg[0] != "chat":  # ("save_state" | "load_state", req, path), ("status", req)
             try:
-                result: Any = getattr(engine, msg[0])(msg[2])
+                result: Any = getattr(engine, msg[0])(*msg[2:])
             except Exception as exc:  # noqa: BLE001 - the caller gets the error
                 result = exc if isinstance(exc, PocketchatError) else EngineError(str(exc))
             send(("result", msg[1], result))
@@ -210,9 +210,9 @@ def _serve_parallel(engine: Any, conn: Any, send: Callable[[tuple], None],
             answer = answers.get(msg[1])
             if answer is not None:
                 answer.cancel()
-        elif msg[0] in ("save_state", "load_state"):
+        elif msg[0] in ("save_state", "load_state", "status"):
             try:
-                result: Any = getattr(engine, msg[0])(msg[2])
+                result: Any = getattr(engine, msg[0])(*msg[2:])
             except Exception as exc:  # noqa: BLE001 - the caller gets the error
                 result = exc if isinstance(exc, PocketchatError) else EngineError(str(exc))
             send(("result", msg[1], result))

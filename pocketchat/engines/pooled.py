@@ -60,6 +60,11 @@ class PooledEngine:
     def cancel(self) -> None:
         self.inner.cancel()
 
+    def status(self) -> dict:
+        """The inner engine's live figures (none when it has none)."""
+        fn = getattr(self.inner, "status", None)
+        return fn() if callable(fn) else {}
+
     def close(self) -> None:
         self.inner.close()
 

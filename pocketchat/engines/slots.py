@@ -341,6 +341,10 @@ class Slots:
         for engine in reversed(self.engines):  # the first owns the model: freed last
             engine.close()
 
+    def status(self) -> dict:
+        """The engine's live figures (the prompt cache the sequences share)."""
+        return self.engines[0].status()
+
     def save_state(self, path: Any) -> int:
         return self.engines[0].save_state(path)
 

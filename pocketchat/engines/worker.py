@@ -6,13 +6,14 @@ with it. So the backend runs in a `spawn`ed child; the parent only reads chunks.
 
 Protocol (pickled tuples over one duplex pipe):
   parent -> child   ("chat", req, messages, options) | ("cancel", req) | ("close",)
-                    | ("save_state" | "load_state", req, path)
+                    | ("save_state" | "load_state", req, path) | ("status", req)
   child -> parent   ("progress", stage, fraction) | ("ready", EngineInfo)
                     | ("load_error", PocketchatError) | ("chunk", req, Chunk)
-                    | ("result", req, value or PocketchatError)
+                    | ("result", req, value or PocketchatError)  (status: a dict)
 With a plan's `parallel` N > 1 (llama.cpp), up to N answers are in flight at once: a router
 thread reads the pipe and hands each request's messages to its own queue, and each answer
-(`WorkerAnswer`) can be cancelled alone. The child (`child.main`) coalesces deltas: it sends the first chunk of an answer at once (time
+(`WorkerAnswer`) can be cancelled alone.
+The child (`child.main`) coalesces deltas: it sends the first chunk of an answer at once (time
 to first token) and then at most one chunk every `chunk_interval` seconds (FLUSH_SECONDS, 30 ms,
 unless the owner asks for another), so the pipe costs the generation loop one small send per
 interval, not one per token. A child thread listens for cancel, so cancel reaches llama.cpp
@@ -342,7 +343,11 @@ class WorkerEngine:
         """The backend's `load_state` in the worker (see `base.EngineBase.load_state`)."""
         return self._call("load_state", Path(path))
 
-    def _call(self, name: str, arg: Any) -> Any:
+    def status(self) -> dict:
+        """The backend's live figures (`base.EngineBase.status`), asked between answers."""
+        return self._call("status")
+
+    def _call(self, name: str, *args: Any) -> Any:
         if self._closed:
             raise EngineError("the engine is closed", hint="Open the model again.")
         if not self.ready:
@@ -354,7 +359,7 @@ class WorkerEngine:
                 self._routes[req] = inbox = queue.Queue()
             self._start_router()
             try:
-                self._send((name, req, arg))
+                self._send((name, req, *args))
                 msg = inbox.get()
                 if isinstance(msg, BaseException):
                     raise msg
@@ -368,7 +373,7 @@ class WorkerEngine:
         try:
             self._req += 1
             req = self._req
-            self._send((name, req, arg))
+            self._send((name, req, *args))
             while True:
                 msg = self._recv(None, f"during {name}")
                 if msg is not None and msg[0] == "result" and msg[1] == req:

@@ -21,13 +21,14 @@ from pocketchat.select.ladder import (CTX_STEPS, DEFAULT_CTX, MIN_CTX, SMALLEST_
                                       context_steps, gave_up, ladder)
 from pocketchat.select.measured import Calibration
 from pocketchat.select.place import Fit, placements, sequences_that_fit
-from pocketchat.types import Build, Candidate, HardwareProfile, LoadPlan, Recommendation, Sampling
+from pocketchat.types import (MAX_PROMPT_CACHE_BYTES, PROMPT_CACHE_SHARE, Build, Candidate,
+                              HardwareProfile, LoadPlan, Recommendation, Sampling)
 
 __all__ = [
     "CTX_STEPS", "DEFAULT_CTX", "MIN_CTX", "SMALLEST_CTX", "Budget", "Choice", "Fit", "check_request",
     "choose", "choose_ctx", "choose_fit", "context_steps", "cpu_budget", "default_threads",
     "eligibility", "gpu_budget", "judge", "main_gpu", "make_plan", "placements", "plan",
-    "plan_for_file", "ram_reserve", "rank",
+    "plan_for_file", "prompt_cache_budget", "ram_reserve", "rank",
 ]
 
 LANGS = ("en", "ko")
@@ -94,6 +95,13 @@ def choose_ctx(build: Build, profile: HardwareProfile, backend: str | None,
     return c.step.n_ctx, c.fit
 
 
+def prompt_cache_budget(budget: Budget, fit: Fit) -> int:
+    """The default budget of the prompt cache across conversations: a share of the RAM this
+    machine has left once the placement's memory is counted in it, within a cap."""
+    free = cpu_budget(budget.machine) - fit.memory
+    return int(min(max(free, 0) * PROMPT_CACHE_SHARE, MAX_PROMPT_CACHE_BYTES))
+
+
 def make_plan(build: Build, fit: Fit, step: Step | int, budget: Budget | HardwareProfile,
               sampling: Sampling | None = None, threads: int | None = None,
               notes: tuple[str, ...] = ()) -> LoadPlan:
@@ -113,11 +121,13 @@ def make_plan(build: Build, fit: Fit, step: Step | int, budget: Budget | Hardwar
         flash_attn=fit.placement != "cpu",
         n_batch=step.n_batch,
         checkpoints=step.checkpoints,
+        prompt_cache_bytes=prompt_cache_budget(budget, fit),
         sampling=sampling or defaults.sampling("pocket"),
         notes=notes,
     )
     if fit.split is None:
-        return replace(plan, serve_parallel=sequences_that_fit(build, budget, step, fit))
+        return replace(plan, serve_parallel=sequences_that_fit(build, budget, step, fit,
+                                                               taken=plan.prompt_cache_bytes))
     # Pooled: the helpers hold the last layers on their RPC devices (the output layer goes along).
     n_layers = sum(fit.split.layers)
     used = [(h.endpoint, k) for h, k in zip(budget.helpers, fit.split.helper_layers) if k > 0]

@@ -9,7 +9,9 @@ gets `ApiError` 429 with a Retry-After estimated from recent answers. `turn()` h
 answers run one after another); `Turn.answer()` and `generate()` are async context managers:
 whoever leaves one early (a client that went away) cancels the answer in the engine at once,
 and the turn passes on only when the engine has really stopped. An engine that crashed is
-closed and opened again before the next answer; /health says "loading" meanwhile.
+closed and opened again before the next answer; /health says "loading" meanwhile. The
+engine's live figures (`status()`: its prompt cache) are asked after each answer, in the
+engine thread, and /health shows the latest.
 `close_doors()` (the server stopping) ends the answer in progress and turns away the requests
 still waiting.
 """
@@ -131,6 +133,7 @@ class EngineHost:
         self._crashed: Engine | None = None
         self._answers: set[Answer] = set()
         self.closing = False
+        self.engine_status: dict = {}  # the engine's latest `status()` (e.g. {"cache": ...})
 
     @property
     def busy(self) -> bool:
@@ -192,7 +195,26 @@ class EngineHost:
             self._set("error", exc)
             raise load_failed(exc) from None
         self._set("ready", None)
+        self.refresh_status()
         return self.engine
+
+    def refresh_status(self) -> None:
+        """Ask the engine for its live figures in the engine thread (after what runs there)."""
+        engine = self.engine
+        fn = getattr(engine, "status", None)
+        if not callable(fn):
+            return
+
+        def ask() -> None:
+            try:
+                self.engine_status = dict(fn())
+            except Exception:  # noqa: BLE001 - figures are optional; a dead engine has none
+                pass
+
+        try:
+            self._executor.submit(ask)
+        except RuntimeError:  # the server is stopping
+            pass
 
     def _set(self, state: State, error: PocketchatError | None) -> None:
         self.state, self.error = state, error
@@ -262,7 +284,8 @@ class EngineHost:
     def health(self) -> dict:
         body: dict = {"status": self.state, "busy": self.busy, "queued": self.waiting,
                       "slots": {"total": self.slots, "busy": self.running},
-                      "queue_size": self.queue_size, "restarts": self.restarts}
+                      "queue_size": self.queue_size, "restarts": self.restarts,
+                      **self.engine_status}
         if self.one_at_a_time:
             body["parallel_note"] = self.one_at_a_time
         if self.error is not None:
@@ -298,6 +321,8 @@ class Turn:
             host.running -= 1
             if answer.crashed:
                 host._engine_crashed(engine)
+            else:
+                host.refresh_status()
 
 
 def stopping() -> ApiError:

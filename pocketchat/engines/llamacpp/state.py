@@ -8,6 +8,8 @@ checkpoint is the recurrent part of the state (`llama_state_seq_get_data_ext` wi
 restoring it and removing the attention KV after its position gives the state at that point.
 When several sequences share the context, `lock` (the batcher's) keeps these calls off a
 decode running in another thread.
+A whole-sequence copy (`save_seq`/`load_seq`: KV and recurrent parts, `llama_state_seq_get_data`)
+is what the prompt cache across conversations parks (`prompt_cache.PromptCache`).
 """
 
 from __future__ import annotations
@@ -68,6 +70,31 @@ class LlamaState:
         """The bytes of this sequence's whole state."""
         with self._lock:
             return int(self._lib.llama_state_seq_get_size(self._ctx, self.seq))
+
+    # -- whole sequence state, in memory (prompt_cache.SeqOps) ----------------------------
+
+    def seq_bytes(self) -> int:
+        with self._lock:
+            return int(self._lib.llama_state_seq_get_size(self._ctx, self.seq))
+
+    def save_seq(self) -> tuple[Any, int]:
+        lib = self._lib
+        with self._lock:
+            size = self.seq_bytes()
+            buf = (ctypes.c_uint8 * size)()
+            got = lib.llama_state_seq_get_data(self._ctx, buf, size, self.seq)
+        if got != size:
+            raise EngineError(f"llama.cpp wrote {got} of {size} bytes of a sequence state")
+        return buf, size
+
+    def load_seq(self, state: Any) -> bool:
+        lib = self._lib
+        with self._lock:
+            lib.llama_memory_seq_rm(self._mem, self.seq, -1, -1)
+            if lib.llama_state_seq_set_data(self._ctx, state, len(state), self.seq):
+                return True
+            lib.llama_memory_seq_rm(self._mem, self.seq, -1, -1)
+        return False
 
     # -- whole sequence state, to a file (--continue) ---------------------------------------
 

@@ -3,7 +3,8 @@
 Plain KV caches (llama-style models) are trimmed back to the shared prefix. Caches that
 cannot be trimmed (the linear-attention `ArraysCache` layers of Qwen3.5 and POCKET) go
 forward only: a checkpoint is a deep copy of every layer (KV included), so it stays usable
-whatever the live cache does after it.
+whatever the live cache does after it. The prompt cache across conversations parks the same
+deep copies (`save_seq`/`load_seq`).
 """
 
 from __future__ import annotations
@@ -45,6 +46,17 @@ class MlxState:
 
     def clear(self) -> None:
         self.layers = self._make(self._model)
+
+    # whole-sequence copies (prompt_cache.SeqOps): the same deep copies as a checkpoint
+    def seq_bytes(self) -> int:
+        return self.nbytes(self.layers)
+
+    def save_seq(self) -> tuple[Any, int]:
+        return self.snapshot()
+
+    def load_seq(self, state: Any) -> bool:
+        self.layers = copy.deepcopy(state)  # the parked copy stays usable
+        return True
 
     @staticmethod
     def nbytes(layers: list[Any]) -> int:

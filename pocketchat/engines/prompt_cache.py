@@ -1,0 +1,225 @@
+"""The prompt cache across conversations: whole sequence states of recent conversations in RAM.
+
+`prefix_cache.PrefixCache` keeps one conversation: the live sequence and its checkpoints. When
+requests alternate between conversations (A, B, A, B through `pocketchat serve`), each prompt
+would throw the other's state away and re-read its whole conversation. `PromptCache` keeps
+copies of whole sequence states (attention KV and recurrent parts together: for a hybrid model
+the only way back to a point without re-reading it), keyed by their exact token prefix:
+
+- a state is *parked* just before the live state is left for a prompt it does not lead to
+  (another conversation, an edit), at a message boundary: where the engine settled it after
+  the answer (it ends where the next prompt goes on), else (an answer cancelled, or all
+  reasoning) back at its newest checkpoint, the end of the last user message;
+- a *shared* prefix: the state at the end of a long first system message (system prompt and
+  tools, at least `MIN_SHARED_TOKENS` tokens) is parked the first time a prompt is evaluated
+  past it, and every conversation that starts with it continues from there;
+- a prompt continues from the longest parked prefix of it, when that is longer than what the
+  live state (or one of its checkpoints) gives; the parked copy stays (a cancelled answer loses
+  nothing) and is dropped when the state that came from it is parked again further on;
+- entries are bounded in bytes (`budget`): least recently used go first; a state larger than
+  the budget is never kept, so the bytes held never exceed the budget. Budget 0: off.
+
+Pure bookkeeping over a small protocol (`SeqOps`), like `PrefixCache` over `StateOps`: the
+caller passes the operations of the sequence it parks from or restores into, so several
+sequences can share one cache.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Protocol, Sequence
+
+from pocketchat.engines.prefix_cache import PrefixCache, common_prefix, plan_reuse
+
+MIN_SHARED_TOKENS = 256  # a first system message this long is parked once and shared
+
+
+class SeqOps(Protocol):
+    """Whole-sequence copies of one sequence's state (KV and recurrent parts)."""
+
+    def seq_bytes(self) -> int:
+        """The size a copy of the sequence's state would take now."""
+
+    def save_seq(self) -> tuple[Any, int]:
+        """(a copy of the whole sequence state, its size in bytes)."""
+
+    def load_seq(self, state: Any) -> bool:
+        """Replace the sequence's state by the copy `state`; False when it did not load."""
+
+
+@dataclass
+class Entry:
+    tokens: tuple[int, ...]
+    state: Any
+    nbytes: int
+    shared: bool = False  # a shared prefix (a long system message), not one conversation
+
+
+class PromptCache:
+    """Parked sequence states, least recently used first, within `budget` bytes."""
+
+    def __init__(self, budget: int, *, min_shared: int = MIN_SHARED_TOKENS,
+                 note: str = "") -> None:
+        self.budget = max(int(budget), 0)
+        self.min_shared = min_shared
+        self.note = note  # why it is off, when it is (e.g. the backend cannot copy its state)
+        self._entries: OrderedDict[tuple[int, ...], Entry] = OrderedDict()  # oldest first
+        self._bytes = 0
+        self._lock = threading.Lock()  # status() may be read from another thread
+        self._origin: dict[int, tuple[int, ...]] = {}  # id(live cache): the entry it came from
+        self.hits = 0
+        self.misses = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.budget > 0
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def keys(self) -> list[tuple[int, ...]]:
+        """The parked prefixes, least recently used first."""
+        with self._lock:
+            return list(self._entries)
+
+    # -- the structure ----------------------------------------------------------------------
+
+    def find(self, prompt: Sequence[int], *, limit: int | None = None) -> Entry | None:
+        """The longest entry whose tokens are a prefix of `prompt` and at most `limit` long."""
+        prompt = tuple(prompt)
+        limit = len(prompt) if limit is None else limit
+        best: Entry | None = None
+        with self._lock:
+            for key, entry in self._entries.items():
+                if (len(key) <= limit and (best is None or len(key) > len(best.tokens))
+                        and prompt[: len(key)] == key):
+                    best = entry
+        return best
+
+    def put(self, tokens: Sequence[int], state: Any, nbytes: int, *, shared: bool = False
+            ) -> bool:
+        """Keep `state` (the state after `tokens`) as the newest entry, evicting the least
+        recently used until it fits; False (nothing kept) when it is larger than the budget."""
+        key = tuple(tokens)
+        if not key or nbytes > self.budget:
+            return False
+        with self._lock:
+            self._drop(key)
+            while self._entries and self._bytes + nbytes > self.budget:
+                self._drop(next(iter(self._entries)))
+            self._entries[key] = Entry(key, state, nbytes, shared)
+            self._bytes += nbytes
+        return True
+
+    def touch(self, tokens: Sequence[int]) -> bool:
+        """Mark the entry for `tokens` as just used; False when there is none."""
+        key = tuple(tokens)
+        with self._lock:
+            if key not in self._entries:
+                return False
+            self._entries.move_to_end(key)
+            return True
+
+    def _drop(self, key: tuple[int, ...]) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self._bytes -= entry.nbytes
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+            self._origin.clear()
+
+    # -- with a sequence --------------------------------------------------------------------
+
+    def park(self, ops: SeqOps, tokens: Sequence[int], *, shared: bool = False,
+             supersedes: Sequence[int] | None = None) -> bool:
+        """Copy the sequence state (which holds exactly `tokens`) into the cache; True when
+        it is kept (already there: only marked as used). `supersedes`: the entry this state
+        was restored from, dropped when it is a shorter prefix of it (the same conversation,
+        further on), unless shared."""
+        if not self.enabled or not tokens:
+            return False
+        if self.touch(tokens):
+            return True
+        try:
+            if ops.seq_bytes() > self.budget:  # never copied only to be thrown away
+                return False
+            state, nbytes = ops.save_seq()
+        except Exception:  # noqa: BLE001 - a cache: a copy that fails costs time, not the answer
+            return False
+        if not self.put(tokens, state, nbytes, shared=shared):
+            return False
+        old = tuple(supersedes or ())
+        if old and len(old) < len(tokens) and tuple(tokens[: len(old)]) == old:
+            with self._lock:
+                if old in self._entries and not self._entries[old].shared:
+                    self._drop(old)
+        return True
+
+    def prepare(self, live: PrefixCache, prompt: Sequence[int], *, leave: int = 1,
+                at_boundary: bool = False) -> Entry | None:
+        """Before `live.prepare(prompt)`: park the live state if the prompt leaves it (and it
+        ends at a message boundary), and bring a parked state into the sequence when it gives
+        more of the prompt than the live state does. Returns the entry restored (None: the
+        live state stays as it was for `live.prepare`)."""
+        if not self.enabled:
+            return None
+        cached = live.tokens
+        if len(cached) <= len(prompt) - leave and prompt[: len(cached)] == cached:
+            own = len(cached)  # the prompt goes on from the live state (the usual turn)
+        else:
+            own = plan_reuse(cached, prompt, trimmable=live.trimmable, leave=leave,
+                             checkpoints=[c.tokens for c in live.checkpoints]).keep
+        entry = self.find(prompt, limit=max(0, len(prompt) - leave))
+        if entry is not None and len(entry.tokens) <= own:
+            entry = None
+        leaves = len(cached) > own or entry is not None
+        if leaves and cached:
+            origin = self._origin.pop(id(live), None)
+            if at_boundary or self._back_to_checkpoint(live):
+                self.park(live.ops, live.tokens, supersedes=origin)  # type: ignore[arg-type]
+        if entry is None:
+            if leaves or not cached:
+                self.misses += 1
+            return None
+        if not live.ops.load_seq(entry.state):  # type: ignore[attr-defined]
+            live.reset()
+            self.misses += 1
+            return None
+        self.hits += 1
+        self.touch(entry.tokens)
+        self._origin[id(live)] = entry.tokens
+        live.tokens = list(entry.tokens)
+        live.checkpoints = [c for c in live.checkpoints
+                            if common_prefix(c.tokens, entry.tokens) == len(c.tokens)]
+        return entry
+
+    @staticmethod
+    def _back_to_checkpoint(live: PrefixCache) -> bool:
+        """Bring a state that ends mid-answer (cancelled, or all reasoning) back to its newest
+        checkpoint, the end of the last user message: a boundary. False when it has none."""
+        newest = live.checkpoint_tokens
+        if not newest or live.tokens[: len(newest)] != newest:
+            return False
+        live.truncate(len(newest))
+        return live.tokens == newest
+
+    def status(self) -> dict[str, Any]:
+        """Live figures: entries, bytes, budget, hits, misses, hit rate."""
+        asked = self.hits + self.misses
+        body: dict[str, Any] = {
+            "entries": len(self._entries), "bytes": self._bytes, "budget": self.budget,
+            "hits": self.hits, "misses": self.misses,
+            "hit_rate": round(self.hits / asked, 3) if asked else None,
+        }
+        if self.note:
+            body["note"] = self.note
+        return body
