@@ -43,9 +43,13 @@ def test_the_default_is_what_the_room_left_holds_at_most_four():
 
 
 def test_serve_gets_several_the_chat_keeps_one_and_mlx_one():
-    rec = fit.plan(load_profile(PROFILES / "linux-20gb.json"), catalog.builds(), lang="en")
+    rec = fit.plan(load_profile(PROFILES / "linux-64gb.json"), catalog.builds(), lang="en")
     plan = rec.recommended.plan
     assert plan.parallel == 1 and plan.serve_parallel == MAX_PARALLEL
+    # on 20 GB the prompt cache's share of the free RAM leaves room for fewer
+    tight = fit.plan(load_profile(PROFILES / "linux-20gb.json"), catalog.builds(), lang="en")
+    assert tight.recommended.plan.prompt_cache_bytes > 0
+    assert 1 < tight.recommended.plan.serve_parallel < MAX_PARALLEL
     mac = fit.plan(load_profile(PROFILES / "mac-m3pro-18gb.json"), catalog.builds(), lang="ko")
     assert mac.recommended.build.format == "mlx" and mac.recommended.plan.serve_parallel == 1
 
@@ -53,7 +57,7 @@ def test_serve_gets_several_the_chat_keeps_one_and_mlx_one():
 def test_recommend_shows_the_answers_served_at_once():
     from pocketchat.select.report import format_recommendation
 
-    rec = fit.plan(load_profile(PROFILES / "linux-20gb.json"), catalog.builds(), lang="en")
+    rec = fit.plan(load_profile(PROFILES / "linux-64gb.json"), catalog.builds(), lang="en")
     text = format_recommendation(rec)
     assert f"serve: {MAX_PARALLEL} answers at once (--parallel)" in text
     one = replace(rec, recommended=replace(rec.recommended, plan=replace(
