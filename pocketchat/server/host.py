@@ -125,7 +125,9 @@ class EngineHost:
         self.waiting = 0
         self.running = 0  # answers in flight
         self.restarts = 0
-        self._executor = ThreadPoolExecutor(max_workers=self.slots + 1,
+        # One engine thread for one slot (status asks queue behind the answer, as today);
+        # with several, one per answer and one for loading and status.
+        self._executor = ThreadPoolExecutor(max_workers=1 if self.slots == 1 else self.slots + 1,
                                             thread_name_prefix="pocketchat-engine")
         self._turn: asyncio.Semaphore | None = None
         self._loading: asyncio.Lock | None = None
