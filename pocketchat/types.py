@@ -135,6 +135,8 @@ class LoadPlan:
     kv_type: str = "f16"
     n_batch: int = 512
     checkpoints: int = MAX_CHECKPOINTS  # recurrent-state copies the prompt cache may keep
+    parallel: int = 1  # sequences loaded and decoded together; each has n_ctx tokens
+    serve_parallel: int = 1  # what `serve` loads by default: the sequences the memory holds
     prompt_cache_bytes: int = 0  # parked states of other conversations (0: off)
     sampling: Sampling = field(default_factory=Sampling)
     notes: tuple[str, ...] = ()  # what the plan changed from the request, for the user

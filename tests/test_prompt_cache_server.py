@@ -30,7 +30,10 @@ def gguf(tmp_path_factory):
 
 
 def serve(gguf, tmp_path, *extra: str):
-    return running(["--model", str(gguf), "--ctx", "4096", "--threads", "1", *extra], tmp_path)
+    # One sequence: conversations that take turns must be parked and restored (with several,
+    # each may stay live on its own sequence and the cache holds fewer entries).
+    return running(["--model", str(gguf), "--ctx", "4096", "--threads", "1", "--parallel", "1",
+                    *extra], tmp_path)
 
 
 def client_of(srv):

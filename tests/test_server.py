@@ -20,7 +20,9 @@ HI = [{"role": "user", "content": "Say hello in three words."}]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with running(["--model", "starter", "--ctx", "1024", "--queue", "8"],
+    # One slot: these tests (the queue of 8, the server's RSS under 32 streams) are about one
+    # answer at a time; several at once: test_parallel.py.
+    with running(["--model", "starter", "--ctx", "1024", "--queue", "8", "--parallel", "1"],
                         tmp_path_factory.mktemp("serve")) as srv:
         yield srv
 

@@ -72,7 +72,8 @@ def report(name: str, facts, where: str, sel: Selection) -> dict:
         cand = fit.judge(build_from_facts(facts, name), profile, n_ctx=sel.ctx, backend=sel.backend,
                          threads=sel.threads, downloaded=True, forced=True)
         plan, gave_up = cand.plan, cand.gave_up
-        verdict = (f"fits: {plan.describe()}; context {plan.n_ctx}" if plan
+        verdict = (f"fits: {plan.describe()}; context {plan.n_ctx}; serve runs "
+                   f"{plan.serve_parallel} at once (--parallel)" if plan
                    else f"does not fit at --ctx {sel.ctx}")
     except ModelTooLarge as exc:
         verdict = exc.message

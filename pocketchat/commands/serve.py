@@ -31,6 +31,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="require `Authorization: Bearer KEY` (or set POCKETCHAT_API_KEY)")
     p.add_argument("--queue", type=int, default=8, metavar="N",
                    help="requests that may wait for the model; more get 429 (default 8)")
+    p.add_argument("--parallel", type=int, default=None, metavar="N",
+                   help="answers decoded together, each on its own sequence of n_ctx tokens "
+                        "(llama.cpp; default: what the plan's memory allows, at most 4)")
     p.add_argument("--prompt-cache-mb", type=int, default=None, metavar="N",
                    help="RAM for the states of recent conversations, so clients that take "
                         "turns do not re-read their whole conversation (0: off; default: a "
@@ -89,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--port must be between 0 and 65535, got {args.port}")
     if args.queue < 1:
         raise UsageError(f"--queue must be at least 1, got {args.queue}")
+    if args.parallel is not None and not 1 <= args.parallel <= 64:
+        raise UsageError(f"--parallel must be between 1 and 64, got {args.parallel}")
     for origin in args.cors_origin:
         parse_origin(origin)  # UsageError before anything is loaded
     if args.prompt_cache_mb is not None and args.prompt_cache_mb < 0:
@@ -139,15 +144,19 @@ def _serve(args: argparse.Namespace, choice, sock: socket.socket, api_key: str |
             if server is not None:
                 server.should_exit = True
 
+    choice = with_parallel(choice, args.parallel)
+    slots = choice.plan.parallel
+    one = None if choice.plan.backend == "llama.cpp" else f"{choice.plan.backend} answers one at a time"
     host = EngineHost(lambda: api.open_session(choice).engine, queue_size=args.queue,
-                      on_state=on_state)
+                      slots=slots if one is None else 1, one_at_a_time=one, on_state=on_state)
     aliases = [a for a in (args.model, choice.label) if a and a != name]
     info = {"max_model_len": choice.plan.n_ctx,
             "meta": {"backend": choice.plan.backend, "placement": choice.plan.describe(),
-                     "n_ctx": choice.plan.n_ctx}}
+                     "n_ctx": choice.plan.n_ctx, "parallel": host.slots}}
     app = create_app(host, model_id=name, aliases=aliases, api_key=api_key,
                      loopback_only=loopback, model_info=info, cors_origins=args.cors_origin)
-    print(one_line(f"loading {choice.label} ({choice.plan.describe()}); listening on {url}"
+    together = f", {host.slots} answers at once" if host.slots > 1 else ""
+    print(one_line(f"loading {choice.label} ({choice.plan.describe()}{together}); listening on {url}"
                    + ("" if loopback else " (API key required)")), file=sys.stderr, flush=True)
     # No colours: uvicorn decides them from stdout, while its lines go to stderr (a file, maybe).
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
@@ -158,6 +167,16 @@ def _serve(args: argparse.Namespace, choice, sock: socket.socket, api_key: str |
         raise failed[0]
     print("stopped", file=sys.stderr, flush=True)
     return 0
+
+
+def with_parallel(choice, parallel: int | None):
+    """The choice with its plan's sequences: `--parallel N`, else the plan's own figure."""
+    from dataclasses import replace
+
+    n = parallel if parallel is not None else choice.plan.serve_parallel
+    if n == choice.plan.parallel:
+        return choice
+    return replace(choice, plan=replace(choice.plan, parallel=n))
 
 
 def stoppable_server(config, host) -> "uvicorn.Server":  # noqa: F821 - imported lazily

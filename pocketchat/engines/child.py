@@ -2,7 +2,9 @@
 
 See `worker` for the protocol. Requests run one at a time in the main thread; a listener
 thread takes "cancel" and "close" while an answer runs, so cancel reaches the backend (its
-abort callback included) inside a decode. Deltas are coalesced: the first chunk of an answer
+abort callback included) inside a decode. A backend with several sequences (`slots.Slots`,
+a plan with `parallel` N > 1) answers each chat in its own thread, up to N at once; a cancel
+reaches that answer alone. Deltas are coalesced: the first chunk of an answer
 goes at once (time to first token), then at most one every `chunk_interval` seconds
 (FLUSH_SECONDS unless the parent asks for another: the chat asks for its screen's pace).
 While a long prompt is read, its progress chunks (one per piece of the prompt) pass the same
@@ -50,7 +52,12 @@ def make_backend(plan: LoadPlan, path: Path, name: str | None,
     kwargs: dict[str, Any] = {"name": name}
     if on_progress is not None and "on_progress" in inspect.signature(cls).parameters:
         kwargs["on_progress"] = on_progress
-    return cls(plan, path, **kwargs)
+    engine = cls(plan, path, **kwargs)
+    if plan.parallel > 1 and hasattr(engine, "sequence_engines"):
+        from pocketchat.engines.slots import Slots
+
+        return Slots(engine.sequence_engines())
+    return engine
 
 
 def _merge(chunks: list[Chunk]) -> Chunk:
@@ -130,6 +137,9 @@ def _serve(engine: Any, conn: Any, send: Callable[[tuple], None],
     requests: queue.Queue = queue.Queue()
     cancelled: set[int] = set()
     current = [0]
+    if getattr(engine, "sequences", 1) > 1:
+        _serve_parallel(engine, conn, send, chunk_interval)
+        return
 
     def listen() -> None:
         while True:
@@ -170,11 +180,61 @@ def _serve(engine: Any, conn: Any, send: Callable[[tuple], None],
     engine.close()
 
 
+def _serve_parallel(engine: Any, conn: Any, send: Callable[[tuple], None],
+                    chunk_interval: float) -> None:
+    """Answer each chat in its own thread (the engine takes a free sequence or refuses);
+    save/load state requests in this thread."""
+    cancelled: set[int] = set()
+    answers: dict[int, Any] = {}  # req -> the answer in flight (it can be cancelled alone)
+    threads: list[threading.Thread] = []
+
+    def run(req: int, messages: Any, options: ChatOptions, kind: str) -> None:
+        try:
+            _stream(engine, req, messages, options, send, cancelled, chunk_interval, kind,
+                    answers)
+        except (BrokenPipeError, EOFError, OSError):
+            pass
+        finally:
+            answers.pop(req, None)
+            cancelled.discard(req)
+
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):  # the parent is gone
+            msg = ("close",)
+        if msg[0] in ("chat", "complete"):
+            kind, req, messages, options = msg
+            threads = [t for t in threads if t.is_alive()]
+            t = threading.Thread(target=run, args=(req, messages, options, kind), daemon=True,
+                                 name=f"pocketchat-answer-{req}")
+            threads.append(t)
+            t.start()
+        elif msg[0] == "cancel":
+            cancelled.add(msg[1])
+            answer = answers.get(msg[1])
+            if answer is not None:
+                answer.cancel()
+        elif msg[0] in ("save_state", "load_state", "status"):
+            try:
+                result: Any = getattr(engine, msg[0])(*msg[2:])
+            except Exception as exc:  # noqa: BLE001 - the caller gets the error
+                result = exc if isinstance(exc, PocketchatError) else EngineError(str(exc))
+            send(("result", msg[1], result))
+        else:
+            break
+    engine.cancel()
+    for t in threads:
+        t.join(10)
+    engine.close()
+
+
 def _stream(engine: Any, req: int, messages: Sequence[Message] | str | Sequence[int],
-            options: ChatOptions,
-            send: Callable[[tuple], None], cancelled: set[int],
-            chunk_interval: float = FLUSH_SECONDS, kind: str = "chat") -> None:
-    """Send one answer's chunks (`kind` "chat": to `messages`; "complete": a raw prompt)."""
+            options: ChatOptions, send: Callable[[tuple], None], cancelled: set[int],
+            chunk_interval: float = FLUSH_SECONDS, kind: str = "chat",
+            answers: dict | None = None) -> None:
+    """Send one answer's chunks (`kind` "chat": to `messages`; "complete": a raw prompt);
+    `answers` holds the answer in flight when several run at once (cancelled alone)."""
     if req in cancelled:
         send(("chunk", req, Chunk(finish_reason="cancelled")))
         return
@@ -184,6 +244,11 @@ def _stream(engine: Any, req: int, messages: Sequence[Message] | str | Sequence[
     answer = None
     try:
         answer = (engine.complete if kind == "complete" else engine.chat)(messages, options)
+        cancel = getattr(answer, "cancel", engine.cancel)  # a sequence's answer: it alone
+        if answers is not None:
+            answers[req] = answer
+            if req in cancelled:
+                cancel()
         for chunk in answer:
             pending.append(chunk)
             if chunk.finish_reason is not None:
@@ -194,7 +259,7 @@ def _stream(engine: Any, req: int, messages: Sequence[Message] | str | Sequence[
                 pending, last_flush = [], now
                 first = first and chunk.progress is not None  # the first token goes at once too
             if req in cancelled:
-                engine.cancel()
+                cancel()
     except Exception as exc:  # noqa: BLE001 - the answer ends with the error, the worker lives
         pending.append(Chunk.failed(exc, pending[-1].stats if pending else None))
     if not pending or pending[-1].finish_reason is None:
@@ -207,3 +272,5 @@ def _stream(engine: Any, req: int, messages: Sequence[Message] | str | Sequence[
                 pass
         except Exception:  # noqa: BLE001 - the answer is already delivered
             pass
+    if answers is not None and answer is not None:
+        answer.close()  # its sequence is free again at once, however the answer ended

@@ -11,6 +11,9 @@ Protocol (pickled tuples over one duplex pipe):
   child -> parent   ("progress", stage, fraction) | ("ready", EngineInfo)
                     | ("load_error", PocketchatError) | ("chunk", req, Chunk)
                     | ("result", req, value or PocketchatError)  (status: a dict)
+With a plan's `parallel` N > 1 (llama.cpp), up to N answers are in flight at once: a router
+thread reads the pipe and hands each request's messages to its own queue, and each answer
+(`WorkerAnswer`) can be cancelled alone.
 The child (`child.main`) coalesces deltas: it sends the first chunk of an answer at once (time
 to first token) and then at most one chunk every `chunk_interval` seconds (FLUSH_SECONDS, 30 ms,
 unless the owner asks for another), so the pipe costs the generation loop one small send per
@@ -31,6 +34,7 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import os
+import queue
 import multiprocessing.connection
 import signal
 import sys
@@ -147,6 +151,9 @@ class WorkerEngine:
         self._chat_lock = threading.Lock()
         self._req = 0
         self._current = 0
+        self.parallel = plan.parallel if plan.backend == "llama.cpp" else 1
+        self._routes: dict[int, queue.Queue] = {}
+        self._router: threading.Thread | None = None
         self._finalizer = weakref.finalize(self, _reap, self._proc, self._conn)
         if wait and not self.wait_ready(timeout):
             self.close()
@@ -231,6 +238,12 @@ class WorkerEngine:
 
     def _chat(self, messages: tuple[Message, ...] | str | tuple[int, ...], options: ChatOptions,
               kind: str = "chat") -> Iterator[Chunk]:
+        if self.parallel > 1:
+            return self._chat_shared(messages, options, kind)
+        return self._chat_one(messages, options, kind)
+
+    def _chat_one(self, messages: tuple[Message, ...] | str | tuple[int, ...],
+                  options: ChatOptions, kind: str) -> Iterator[Chunk]:
         if self._closed:
             raise EngineError("the engine is closed", hint="Open the model again.")
         if not self.ready:
@@ -256,6 +269,82 @@ class WorkerEngine:
                 self._abandon(req)
             self._chat_lock.release()
 
+    # -- several answers at once (parallel > 1) ---------------------------------------------
+
+    def _chat_shared(self, messages: tuple[Message, ...] | str | tuple[int, ...],
+                     options: ChatOptions, kind: str) -> "WorkerAnswer":
+        if self._closed:
+            raise EngineError("the engine is closed", hint="Open the model again.")
+        if not self.ready:
+            self.wait_ready()
+        with self._send_lock:
+            self._req += 1
+            req = self._req
+            self._routes[req] = inbox = queue.Queue()
+        self._start_router()
+        return WorkerAnswer(self, req, self._answer_shared(req, inbox, messages, options, kind))
+
+    def _start_router(self) -> None:
+        with self._send_lock:
+            if self._router is None:
+                self._router = threading.Thread(target=self._route, daemon=True,
+                                                name="pocketchat-router")
+                self._router.start()
+
+    def _route(self) -> None:
+        """Hand every message from the child to the queue of its request."""
+        while not self._closed:
+            try:
+                msg = self._recv(None, "while answering")
+            except EngineCrashed as exc:
+                for inbox in list(self._routes.values()):
+                    inbox.put(exc)
+                return
+            except (OSError, ValueError):  # closed under us
+                return
+            if msg is not None and msg[0] in ("chunk", "result"):
+                inbox = self._routes.get(msg[1])
+                if inbox is not None:
+                    inbox.put(msg)
+
+    def _answer_shared(self, req: int, inbox: queue.Queue,
+                       messages: tuple[Message, ...] | str | tuple[int, ...],
+                       options: ChatOptions, kind: str) -> Iterator[Chunk]:
+        finished = False
+        try:
+            if self._crash is not None:
+                raise self._crash
+            self._send((kind, req, messages, options))
+            while True:
+                msg = inbox.get()
+                if isinstance(msg, BaseException):
+                    raise msg
+                chunk: Chunk = msg[2]
+                finished = chunk.finish_reason is not None
+                yield chunk
+                if finished:
+                    return
+        finally:
+            if not finished and self._crash is None and not self._closed:
+                self._stop_shared(req, inbox)
+            self._routes.pop(req, None)
+
+    def _stop_shared(self, req: int, inbox: queue.Queue) -> None:
+        """The caller stopped reading: cancel, and wait until the child ended that answer
+        (its sequence is free then)."""
+        try:
+            self._send(("cancel", req))
+        except EngineCrashed:
+            return
+        deadline = time.monotonic() + 10
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                msg = inbox.get(timeout=left)
+            except queue.Empty:
+                break
+            if isinstance(msg, BaseException) or (msg[0] == "chunk" and msg[2].finish_reason):
+                return
+
     def save_state(self, path: Path) -> int:
         """The backend's `save_state` in the worker (see `base.EngineBase.save_state`)."""
         return self._call("save_state", Path(path))
@@ -273,6 +362,22 @@ class WorkerEngine:
             raise EngineError("the engine is closed", hint="Open the model again.")
         if not self.ready:
             self.wait_ready()
+        if self.parallel > 1:
+            with self._send_lock:
+                self._req += 1
+                req = self._req
+                self._routes[req] = inbox = queue.Queue()
+            self._start_router()
+            try:
+                self._send((name, req, *args))
+                msg = inbox.get()
+                if isinstance(msg, BaseException):
+                    raise msg
+                if isinstance(msg[2], BaseException):
+                    raise msg[2]
+                return msg[2]
+            finally:
+                self._routes.pop(req, None)
         if not self._chat_lock.acquire(blocking=False):
             raise EngineError("the engine is answering; save or load its state after the answer")
         try:
@@ -305,6 +410,13 @@ class WorkerEngine:
             pass
 
     def cancel(self) -> None:
+        if self.parallel > 1:  # every answer in flight (a WorkerAnswer cancels itself alone)
+            for req in list(self._routes):
+                try:
+                    self._send(("cancel", req))
+                except EngineCrashed:
+                    return
+            return
         req = self._current
         if req and self._crash is None and not self._closed:
             try:
@@ -324,3 +436,27 @@ class WorkerEngine:
                 os.unlink(self.log_path)
             except OSError:
                 pass
+
+
+class WorkerAnswer:
+    """One answer of a worker with several sequences: its chunks, and `cancel()` for it alone."""
+
+    def __init__(self, worker: WorkerEngine, req: int, chunks: Iterator[Chunk]) -> None:
+        self._worker, self.req, self._chunks = worker, req, chunks
+
+    def __iter__(self) -> "WorkerAnswer":
+        return self
+
+    def __next__(self) -> Chunk:
+        return next(self._chunks)
+
+    def cancel(self) -> None:
+        worker = self._worker
+        if worker._crash is None and not worker._closed and self.req in worker._routes:
+            try:
+                worker._send(("cancel", self.req))
+            except EngineCrashed:
+                pass
+
+    def close(self) -> None:
+        self._chunks.close()  # type: ignore[attr-defined]

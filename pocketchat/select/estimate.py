@@ -113,6 +113,12 @@ class MemoryNeed:
         return self.weights + self.kv_cache + self.state + self.compute + self.overhead + self.checkpoints
 
     @property
+    def per_sequence(self) -> int:
+        """What each more sequence decoded at once (serve --parallel) adds: its KV cache at
+        this context, its recurrent state and its prompt cache's checkpoints."""
+        return self.kv_cache + self.state + self.checkpoints
+
+    @property
     def host(self) -> int:
         """Bytes that stay in RAM wherever the model runs: the runtime and the checkpoints."""
         return self.overhead + self.checkpoints

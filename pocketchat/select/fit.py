@@ -20,7 +20,7 @@ from pocketchat.select.estimate import fmt_gb
 from pocketchat.select.ladder import (CTX_STEPS, DEFAULT_CTX, MIN_CTX, SMALLEST_CTX, Step,
                                       context_steps, gave_up, ladder)
 from pocketchat.select.measured import Calibration
-from pocketchat.select.place import Fit, placements
+from pocketchat.select.place import Fit, placements, sequences_that_fit
 from pocketchat.types import (MAX_PROMPT_CACHE_BYTES, PROMPT_CACHE_SHARE, Build, Candidate,
                               HardwareProfile, LoadPlan, Recommendation, Sampling)
 
@@ -126,7 +126,8 @@ def make_plan(build: Build, fit: Fit, step: Step | int, budget: Budget | Hardwar
         notes=notes,
     )
     if fit.split is None:
-        return plan
+        return replace(plan, serve_parallel=sequences_that_fit(build, budget, step, fit,
+                                                               taken=plan.prompt_cache_bytes))
     # Pooled: the helpers hold the last layers on their RPC devices (the output layer goes along).
     n_layers = sum(fit.split.layers)
     used = [(h.endpoint, k) for h, k in zip(budget.helpers, fit.split.helper_layers) if k > 0]

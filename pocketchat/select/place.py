@@ -42,6 +42,31 @@ class Fit:
         return self.short or f"only {self.where}"
 
 
+MAX_PARALLEL = 4  # serve's default at most (llama.cpp's server runs 4 slots by default)
+
+
+def sequences_that_fit(build: Build, budget: Budget, step: Step, fit: Fit, *,
+                       most: int = MAX_PARALLEL, taken: int = 0) -> int:
+    """How many sequences `serve` decodes together by default with this placement: 1 plus
+    those whose KV cache, recurrent state and checkpoints (`MemoryNeed.per_sequence`) fit in
+    what the placement leaves of its budget (less `taken`: the prompt cache's RAM), at most
+    `most`. One for MLX (it answers one at a
+    time), a pool, and a placement split between a GPU and RAM (its GPU share is full)."""
+    if budget.pooled or fit.split is not None or build.format == "mlx" or not fit.fits:
+        return 1
+    profile = budget.machine
+    gpu = main_gpu(profile)
+    if fit.placement == "cpu":
+        room = cpu_budget(profile) - fit.memory - taken
+    elif fit.placement == "gpu" and gpu is not None:
+        room = gpu_budget(gpu, profile) - fit.memory
+    else:
+        return 1
+    need = est.memory_need(build, step.n_ctx, checkpoints=step.checkpoints, n_batch=step.n_batch)
+    per = max(need.per_sequence, 1)
+    return max(1, min(most, 1 + room // per))
+
+
 def placements(build: Build, budget: Budget, step: Step, backend: str | None) -> list[Fit]:
     """Every placement worth trying, fastest first, each judged against its budget."""
     if budget.pooled:

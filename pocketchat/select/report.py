@@ -51,6 +51,9 @@ def format_recommendation(rec: Recommendation) -> str:
         lines.append(f"Recommended: {r.build.id} ({fmt_gb(r.build.size_bytes)}, {r.build.quant}, {r.build.backend})")
         lines.append(f"  placement: {r.plan.describe()}; context {r.plan.n_ctx}; "
                      f"~{r.estimated_decode_tok_s:.0f} tok/s ({r.speed_source})")
+        if r.plan.serve_parallel > 1:
+            lines.append(f"  serve: {r.plan.serve_parallel} answers at once (--parallel), each "
+                         f"with its own {r.plan.n_ctx}-token context")
         if r.estimated_anonymous_bytes is not None:
             lines += _wrap("  memory: " + memory_parts(r.estimated_memory_bytes, r.estimated_anonymous_bytes,
                                                         r.estimated_repacked_bytes or 0), "          ")

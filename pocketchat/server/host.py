@@ -1,10 +1,11 @@
-"""The one engine behind the server: loaded in the background, one answer at a time.
+"""The one engine behind the server: loaded in the background, `slots` answers at a time.
 
 `EngineHost` owns the engine (a `worker.WorkerEngine` in practice: the model runs in its own
-process, so the server's event loop never competes with it for the GIL) and a single engine
-thread that opens it and iterates its answers. Requests take turns through a FIFO lock; at
-most `queue_size` wait behind the one that runs, the next gets `ApiError` 429 with a
-Retry-After estimated from recent answers. `turn()` holds the engine for one request (its `n`
+process, so the server's event loop never competes with it for the GIL) and the threads that
+open it and iterate its answers. Requests take turns through a FIFO semaphore of `slots`
+places (`serve --parallel N` on llama.cpp: N sequences decoded together; 1 otherwise, MLX
+included, which /health says); at most `queue_size` wait behind those that run, the next
+gets `ApiError` 429 with a Retry-After estimated from recent answers. `turn()` holds the engine for one request (its `n`
 answers run one after another); `Turn.answer()` and `generate()` are async context managers:
 whoever leaves one early (a client that went away) cancels the answer in the engine at once,
 and the turn passes on only when the engine has really stopped. An engine that crashed is
@@ -61,6 +62,7 @@ class Answer:
 
     def __init__(self, engine: Engine, run: Run, executor: ThreadPoolExecutor) -> None:
         self._engine = engine
+        self._chunks: Iterator[Chunk] | None = None
         self._loop = asyncio.get_running_loop()
         self._items: asyncio.Queue = asyncio.Queue()
         self.finished = False
@@ -71,10 +73,11 @@ class Answer:
     def _pump(self, run: Run) -> None:
         put = self._loop.call_soon_threadsafe
         try:
-            for chunk in run(self._engine):
+            self._chunks = run(self._engine)
+            for chunk in self._chunks:
                 put(self._items.put_nowait, chunk)
                 if self._stop and chunk.finish_reason is None:  # asked before the engine began
-                    self._engine.cancel()
+                    self._cancel_engine()
         except BaseException as exc:  # noqa: BLE001 - handed to the reader, which re-raises
             put(self._items.put_nowait, exc)
         put(self._items.put_nowait, None)
@@ -93,6 +96,14 @@ class Answer:
         """Ask the engine to stop this answer (it ends with finish_reason 'cancelled')."""
         if not self.finished:
             self._stop = True
+            self._cancel_engine()
+
+    def _cancel_engine(self) -> None:
+        """This answer alone when the engine runs several (its answer has `cancel`)."""
+        own = getattr(self._chunks, "cancel", None)
+        if callable(own):
+            own()
+        elif self._chunks is not None or getattr(self._engine, "parallel", 1) <= 1:
             self._engine.cancel()
 
     async def wait_stopped(self) -> None:
@@ -102,39 +113,49 @@ class Answer:
 class EngineHost:
     """The engine, its loading state and the queue of requests waiting for it."""
 
-    def __init__(self, opener: Callable[[], Engine], *, queue_size: int = 8,
-                 on_state: Callable[["EngineHost"], None] | None = None) -> None:
+    def __init__(self, opener: Callable[[], Engine], *, queue_size: int = 8, slots: int = 1,
+                 on_state: Callable[["EngineHost"], None] | None = None,
+                 one_at_a_time: str | None = None) -> None:
         self._opener = opener
         self._on_state = on_state
         self.queue_size = queue_size
+        self.slots = max(1, slots)
+        self.one_at_a_time = one_at_a_time  # why a backend answers one at a time, for /health
         self.state: State = "loading"
         self.error: PocketchatError | None = None
         self.engine: Engine | None = None
         self.waiting = 0
-        self.busy = False
+        self.running = 0  # answers in flight
         self.restarts = 0
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pocketchat-engine")
-        self._turn: asyncio.Lock | None = None
+        # One engine thread for one slot (status asks queue behind the answer, as today);
+        # with several, one per answer and one for loading and status.
+        self._executor = ThreadPoolExecutor(max_workers=1 if self.slots == 1 else self.slots + 1,
+                                            thread_name_prefix="pocketchat-engine")
+        self._turn: asyncio.Semaphore | None = None
+        self._loading: asyncio.Lock | None = None
         self._durations: deque[float] = deque(maxlen=16)
         self._crashed: Engine | None = None
-        self._answer: Answer | None = None
+        self._answers: set[Answer] = set()
         self.closing = False
         self.engine_status: dict = {}  # the engine's latest `status()` (e.g. {"cache": ...})
+
+    @property
+    def busy(self) -> bool:
+        return self.running > 0
 
     # -- life -----------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Begin loading the model in the background (call inside the server's event loop)."""
-        self._turn = asyncio.Lock()
+        self._turn = asyncio.Semaphore(self.slots)
+        self._loading = asyncio.Lock()
         asyncio.get_running_loop().create_task(self._load_now())
 
     async def _load_now(self) -> None:
-        assert self._turn is not None
-        async with self._turn:
-            try:
-                await self._ensure()
-            except ApiError:
-                pass  # state and error say what happened
+        try:
+            await self._ensure()
+        except ApiError:
+            pass  # state and error say what happened
 
     async def stop(self) -> None:
         engine, self.engine = self.engine, None
@@ -146,8 +167,8 @@ class EngineHost:
         """The server is stopping: the answer in progress ends now (finish_reason 'cancelled'),
         requests that wait or arrive get a 503, so every connection finishes promptly."""
         self.closing = True
-        if self._answer is not None:
-            self._answer.cancel()
+        for answer in list(self._answers):
+            answer.cancel()
 
     def _open(self) -> Engine:
         if self._crashed is not None:
@@ -156,7 +177,14 @@ class EngineHost:
         return self._opener()
 
     async def _ensure(self) -> Engine:
-        """The loaded engine; loads it (the turn held) when there is none."""
+        """The loaded engine; loads it (one loader at a time) when there is none."""
+        if self.engine is not None:
+            return self.engine
+        assert self._loading is not None
+        async with self._loading:
+            return await self._ensure_locked()
+
+    async def _ensure_locked(self) -> Engine:
         if self.engine is not None:
             return self.engine
         if self.state == "error" and self.error is not None:
@@ -197,8 +225,10 @@ class EngineHost:
         if self._on_state is not None:
             self._on_state(self)
 
-    def _engine_crashed(self) -> None:
+    def _engine_crashed(self, engine: Engine) -> None:
         """Forget the dead engine; the next turn (or the reload queued here) opens a new one."""
+        if self.engine is not engine:  # another answer on it has reported the crash already
+            return
         self._crashed, self.engine = self.engine, None
         self.state = "loading"
         self.restarts += 1
@@ -228,8 +258,8 @@ class EngineHost:
 
     @asynccontextmanager
     async def turn(self) -> AsyncIterator["Turn"]:
-        """Wait for the turn (bounded queue); answers asked within it run one after another,
-        and no other request's answer comes between them (a request's `n` choices)."""
+        """Wait for a turn (one of `slots`, bounded queue); answers asked within it run one
+        after another (a request's `n` choices) on one place."""
         self._admit()
         assert self._turn is not None
         self.waiting += 1
@@ -246,7 +276,6 @@ class EngineHost:
         finally:
             if turn.answers:
                 self._durations.append(time.monotonic() - started)
-            self.busy = False
             self._turn.release()
 
     @asynccontextmanager
@@ -258,8 +287,11 @@ class EngineHost:
 
     def health(self) -> dict:
         body: dict = {"status": self.state, "busy": self.busy, "queued": self.waiting,
+                      "slots": {"total": self.slots, "busy": self.running},
                       "queue_size": self.queue_size, "restarts": self.restarts,
                       **self.engine_status}
+        if self.one_at_a_time:
+            body["parallel_note"] = self.one_at_a_time
         if self.error is not None:
             body["error"] = self.error.message
         return body
@@ -279,18 +311,20 @@ class Turn:
         if host.closing:
             raise stopping()
         engine = await host._ensure()
-        host.busy = True
-        answer = host._answer = Answer(engine, run, host._executor)
+        answer = Answer(engine, run, host._executor)
+        host._answers.add(answer)
+        host.running += 1
         self.answers += 1
         try:
             yield answer
         finally:
-            host._answer = None
             answer.cancel()
             with anyio.CancelScope(shield=True):
                 await answer.wait_stopped()
+            host._answers.discard(answer)
+            host.running -= 1
             if answer.crashed:
-                host._engine_crashed()
+                host._engine_crashed(engine)
             else:
                 host.refresh_status()
 

@@ -13,7 +13,12 @@ holds (generated tokens as generated):
   being sampled are read as a numpy view of `llama_get_logits_ith`'s buffer, and the control
   (`constrain.control.TokenControl`) records them and masks them in place before the chain runs;
 - the state's cut/snapshot/restore operations are `state.LlamaState`'s;
-- the stats come from llama.cpp's own counters, reset at the start of each answer. The
+- with a plan's `parallel` N > 1 the context holds N sequences: N engines
+  over it (`sequence_engines()`; this one is sequence 0), whose tokens go through one `slots.Batcher` (one
+  `llama_batch` a step, each sequence sampling at its own batch index); `slots.Slots` is the
+  engine over them. With N = 1 none of that exists: the path below is unchanged;
+- the stats come from llama.cpp's own counters, reset at the start of each answer (with
+  several sequences, this sequence's own token counts and clocks instead). The
   snapshot taken when the first token appears splits them: everything before it is prompt
   processing, everything after it is decoding, so `decode_tok_s` is exactly llama.cpp's
   figure; at the end the last sampled token is decoded too (it is part of the next turn's
@@ -25,6 +30,7 @@ from __future__ import annotations
 import codecs
 import ctypes
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -38,6 +44,7 @@ from pocketchat.engines.constrain.control import TokenControl
 from pocketchat.engines.llamacpp.load import ProgressFn, load_llama
 from pocketchat.engines.llamacpp.state import LlamaState
 from pocketchat.engines.prefix_cache import PrefixCache
+from pocketchat.engines.slots import Batcher, Part, StepCancelled, Work
 from pocketchat.engines.template import template_for
 from pocketchat.engines.thinking import CLOSE_TAG, OPEN_TAG
 from pocketchat.engines.types import ChatOptions, EngineInfo
@@ -94,17 +101,16 @@ class LlamaCppEngine(EngineBase):
         self.knows_thinking_switch = self.template.knows_thinking_switch
         self.mentions_think = self.template.mentions_think
         self._specials = {t: t for t in (OPEN_TAG, CLOSE_TAG)}
-        self.n_ctx = llm.n_ctx()
         self._n_batch = max(1, int(lib.llama_n_batch(self._ctx)))
         self._batch = lib.llama_batch_init(self._n_batch, 0, 1)
-        self.state = LlamaState(self._ctx, llm.model)
-        self.cache = PrefixCache(self.state, max_count=plan.checkpoints)
-        self._sampler: Any = None
-        self._control: TokenControl | None = None
-        self._mark: tuple[int, float] | None = None
-        self._last: int | None = None
-        self._abort_cb = lib.ggml_abort_callback(lambda _data: self._cancel.is_set())
-        self._no_abort = lib.ggml_abort_callback()
+        self._root = self
+        self._batcher: Batcher | None = None
+        if plan.parallel > 1:
+            self.n_ctx = int(lib.llama_n_ctx_seq(self._ctx))
+            self._batcher = Batcher(self._run_step, self._n_batch)
+        else:
+            self.n_ctx = llm.n_ctx()
+        self._init_sequence(0)
         return EngineInfo(
             backend="llama.cpp",
             model=name or self.gguf.name or path.stem,
@@ -114,6 +120,35 @@ class LlamaCppEngine(EngineBase):
             notes=(template_note,) if template_note else (),
             thinking=self.thinks,
         )
+
+    def _init_sequence(self, seq: int) -> None:
+        """This engine's own part: its sequence's state and cache, its sampler, its counters."""
+        lib = self._lib
+        self._seq = seq
+        lock = self._batcher.lock if self._batcher is not None else None
+        self.state = LlamaState(self._ctx, self._llm.model, seq=seq, lock=lock)
+        self.cache = PrefixCache(self.state, max_count=self.plan.checkpoints)
+        self._piece_buf = ctypes.create_string_buffer(256)
+        self._sampler: Any = None
+        self._control: TokenControl | None = None
+        self._mark: tuple[int, float] | None = None
+        self._last: int | None = None
+        self._own: list[float] = [0, 0.0]  # tokens this sequence decoded, since (batched stats)
+        self._abort_cb = lib.ggml_abort_callback(lambda _data: self._cancel.is_set())
+        self._no_abort = lib.ggml_abort_callback()
+
+    def sequence_engines(self) -> list["LlamaCppEngine"]:
+        """The engines of the context's sequences (this one first), sharing the model."""
+        engines = [self]
+        for seq in range(1, max(1, self.plan.parallel)):
+            other = object.__new__(type(self))
+            other.__dict__.update({k: v for k, v in self.__dict__.items()
+                                   if k not in ("_cancel", "_busy")})
+            other._init_harness()
+            other._batch = None
+            other._init_sequence(seq)
+            engines.append(other)
+        return engines
 
     def _is_special_token(self, text: str) -> bool:
         """Whether `text` is one special token of this model's vocabulary."""
@@ -128,6 +163,11 @@ class LlamaCppEngine(EngineBase):
 
     def _free(self) -> None:
         self._free_sampler()
+        if self._root is not self:  # another sequence of the root's context
+            self.cache.checkpoints = []
+            if self._root._llm is not None:
+                self.state.clear()
+            return
         if self._batch is not None:
             self._lib.llama_batch_free(self._batch)
             self._batch = None
@@ -144,7 +184,7 @@ class LlamaCppEngine(EngineBase):
 
     def _save_file(self, path: Path, limit: int) -> int:
         lib = self._lib
-        size = lib.llama_state_seq_get_size(self._ctx, 0)
+        size = self.state.size()
         if size > limit:
             return 0
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -159,6 +199,8 @@ class LlamaCppEngine(EngineBase):
         return self.template.apply(dicts, generation=generation, **kwargs)
 
     def _ll_tokenizer(self) -> Any:
+        if self._root is not self:
+            return self._root._ll_tokenizer()
         if self._ll_tok is None:
             import llguidance.llamacpp
 
@@ -193,6 +235,9 @@ class LlamaCppEngine(EngineBase):
     def _decode(self, tokens: Sequence[int], *, logits_last: bool) -> None:
         """Evaluate `tokens` after `cache.tokens`, in batches; on failure the state is brought
         back to what `cache.tokens` says and Cancelled or EngineError is raised."""
+        if self._batcher is not None:
+            self._decode_shared(tokens)
+            return
         lib, batch, cache = self._lib, self._batch, self.cache
         for i in range(0, len(tokens), self._n_batch):
             part = tokens[i: i + self._n_batch]
@@ -214,7 +259,62 @@ class LlamaCppEngine(EngineBase):
                 raise EngineError(f"llama_decode returned {rc}")
             cache.tokens.extend(part)
 
+    def _decode_shared(self, tokens: Sequence[int], sample: bool = False) -> Any:
+        """`_decode` through the batcher, sampling the last token's logits when `sample`;
+        the sampled token and its logprob."""
+        cache = self.cache
+        if not tokens:
+            return None
+        work = Work(self._seq, list(tokens), len(cache.tokens),
+                    sample=self._sample_at if sample else None, cancel=self._cancel)
+        try:
+            result = self._batcher.decode(work)  # type: ignore[union-attr]
+        except StepCancelled:
+            cache.tokens.extend(work.tokens[: work.done])
+            raise Cancelled from None
+        except BaseException:
+            base = len(cache.tokens)
+            cache.tokens.extend(work.tokens[: work.done])
+            cache.truncate(base + work.done)  # drop what the failed step left
+            raise
+        cache.tokens.extend(work.tokens)
+        self._own[0] += len(work.tokens)
+        return result
+
+    def _run_step(self, parts: list[Part]) -> int:
+        """One batcher step: every part's tokens in one batch (the root's), decoded."""
+        batch, j = self._batch, 0
+        for work, start, n in parts:
+            last = work.sample is not None and start + n == len(work.tokens)
+            for i in range(start, start + n):
+                batch.token[j] = work.tokens[i]
+                batch.pos[j] = work.pos + i
+                batch.n_seq_id[j] = 1
+                batch.seq_id[j][0] = work.seq
+                batch.logits[j] = 1 if last and i == start + n - 1 else 0
+                j += 1
+        batch.n_tokens = j
+        return int(self._lib.llama_decode(self._ctx, batch))
+
+    def _sample_at(self, index: int) -> tuple[int, Any]:
+        """This sequence's next token from the logits at batch `index` (inside the step)."""
+        lib, control = self._lib, self._control
+        if control is not None:
+            ptr = lib.llama_get_logits_ith(self._ctx, index)
+            control.before(np.ctypeslib.as_array(ptr, shape=(self._n_vocab,)))
+        tok = lib.llama_sampler_sample(self._sampler, self._ctx, index)
+        logprob = None
+        if control is not None:
+            logprob = control.logprob(tok)
+            control.accept(tok)
+        return tok, logprob
+
     def _evaluate(self, tokens: list[int]) -> None:
+        if self._batcher is not None:
+            if self._cancel.is_set():
+                raise Cancelled
+            self._decode_shared(tokens)
+            return
         lib = self._lib
         lib.llama_set_abort_callback(self._ctx, self._abort_cb, None)
         try:
@@ -226,8 +326,10 @@ class LlamaCppEngine(EngineBase):
 
     def _begin(self, sampling: SamplingSettings, control: TokenControl | None) -> None:
         lib, s = self._lib, sampling
-        lib.llama_synchronize(self._ctx)  # book earlier work before the counters restart
-        lib.llama_perf_context_reset(self._ctx)
+        if self._batcher is None:
+            lib.llama_synchronize(self._ctx)  # book earlier work before the counters restart
+            lib.llama_perf_context_reset(self._ctx)
+        self._own = [0, time.perf_counter()]
         self._mark, self._last, self._control = None, None, control
         self._free_sampler()
         chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
@@ -255,6 +357,9 @@ class LlamaCppEngine(EngineBase):
         self._sampler = chain
 
     def _generate(self, tokens: list[int], opts: ChatOptions, max_new: int) -> Iterator[Step]:
+        if self._batcher is not None:
+            yield from self._generate_shared(tokens, opts, max_new)
+            return
         lib, ctx = self._lib, self._ctx
         self._evaluate(tokens[:-1])
         lib.llama_set_abort_callback(ctx, self._abort_cb, None)
@@ -289,6 +394,30 @@ class LlamaCppEngine(EngineBase):
             self._last = None
             self._decode([tok], logits_last=True)
 
+    def _generate_shared(self, tokens: list[int], opts: ChatOptions, max_new: int
+                         ) -> Iterator[Step]:
+        """`_generate` with the other sequences: each token decoded in the batcher's step."""
+        with self._batcher.member(self._seq):  # type: ignore[union-attr]
+            self._evaluate(tokens[:-1])
+            tok, logprob = self._decode_shared(tokens[-1:], sample=True)
+            utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+            sampled = 0
+            while True:
+                if self._mark is None:
+                    self._mark = (self._own[0], time.perf_counter() - self._own[1])
+                sampled += 1
+                self._last = tok
+                if self._lib.llama_vocab_is_eog(self._vocab, tok) and not opts.ignore_eos:
+                    yield Step(utf8.decode(b"", final=True), "stop")
+                    return
+                text = utf8.decode(self._piece(tok))
+                if sampled >= max_new or len(self.cache.tokens) >= self.n_ctx:
+                    yield Step(text + utf8.decode(b"", final=True), "length", logprob)
+                    return
+                yield Step(text, None, logprob)
+                self._last = None
+                tok, logprob = self._decode_shared([tok], sample=True)
+
     def _complete(self) -> None:
         """Decode the last sampled token: counted, and cached for the next turn."""
         if self._last is None or len(self.cache.tokens) >= self.n_ctx:
@@ -296,11 +425,18 @@ class LlamaCppEngine(EngineBase):
         last, self._last = self._last, None
         try:
             self._decode([last], logits_last=False)
-            self._lib.llama_synchronize(self._ctx)  # llama.cpp books a decode's time when it syncs
+            if self._batcher is None:  # llama.cpp books a decode's time when it syncs
+                self._lib.llama_synchronize(self._ctx)
         except (Cancelled, EngineError):
             pass
 
     def _timing(self) -> Timing:
+        if self._batcher is not None:  # this sequence's own figures: the counters are shared
+            n, secs = int(self._own[0]), time.perf_counter() - self._own[1]
+            p_n, p_s = self._mark if self._mark is not None else (n, secs)
+            return Timing(prompt_tokens=int(p_n), prompt_seconds=p_s,
+                          generated_tokens=n - int(p_n), decode_seconds=secs - p_s,
+                          peak_memory_bytes=peak_rss_bytes())
         p_tok, p_ms = _counted(self._lib.llama_perf_context(self._ctx))
         g_tok, g_ms = 0, 0.0
         if self._mark is not None:

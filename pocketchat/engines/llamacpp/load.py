@@ -5,6 +5,10 @@
   last lines explain a failed load, and its override lines prove the experts went to the CPU.
 - `model_params_hook`: `Llama()` builds `llama_model_params` itself and has no argument for
   `tensor_buft_overrides` or a progress callback; the hook fills them in the params it builds.
+  `context_params_hook` does the same for `llama_context_params` (`n_seq_max`, `kv_unified`:
+  a plan with `parallel` N gets N sequences, each with its own `n_ctx` cells: with
+  `kv_unified` false llama.cpp gives each sequence `n_ctx / n_seq_max`, and a recurrent or
+  hybrid model keeps one recurrent state per sequence).
 - `load_llama(plan, path, ...)`: all of the above, returning the `Llama` and what was applied.
 """
 
@@ -29,7 +33,7 @@ ProgressFn = Callable[[str, float], None]
 KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
             "iq4_nl": 20, "bf16": 30}  # fmt: skip
 
-_hook_lock = threading.Lock()
+_hook_lock = threading.RLock()  # the two hooks nest
 
 
 def import_llama() -> Any:
@@ -110,6 +114,27 @@ def model_params_hook(setup: Callable[[Any], None]) -> Iterator[None]:
             target.llama_model_default_params = original
 
 
+@contextlib.contextmanager
+def context_params_hook(setup: Callable[[Any], None]) -> Iterator[None]:
+    """While inside, every `llama_context_params` that `Llama()` creates passes through `setup`."""
+    import llama_cpp.llama as llama_module
+
+    target = llama_module.llama_cpp
+    with _hook_lock:
+        original = target.llama_context_default_params
+
+        def patched() -> Any:
+            params = original()
+            setup(params)
+            return params
+
+        target.llama_context_default_params = patched
+        try:
+            yield
+        finally:
+            target.llama_context_default_params = original
+
+
 @dataclass
 class Loaded:
     llm: Any
@@ -155,13 +180,20 @@ def load_llama(plan: LoadPlan, path: Path, info: GGUFInfo, *,
 
     n_ctx = plan.n_ctx  # the plan owns the context (select.fit.context_steps) and the threads
     n_batch = max(1, min(plan.n_batch, n_ctx))
-    with log.record() as lines, model_params_hook(setup):
+    seqs = max(1, plan.parallel)
+
+    def setup_context(params: Any) -> None:
+        if seqs > 1:
+            params.n_seq_max = seqs
+            params.kv_unified = False  # each sequence its own n_ctx cells (llama-context.cpp)
+
+    with log.record() as lines, model_params_hook(setup), context_params_hook(setup_context):
         try:
             llm = llama_cpp.Llama(
                 model_path=str(path),
                 n_gpu_layers=plan.n_gpu_layers,
                 use_mmap=plan.use_mmap,
-                n_ctx=n_ctx,
+                n_ctx=n_ctx * seqs,
                 n_batch=n_batch,
                 n_ubatch=n_batch,
                 n_threads=plan.n_threads,

@@ -1,0 +1,361 @@
+"""Several conversations decoded together: continuous batching over one context (`serve --parallel`).
+
+Two parts:
+- `Batcher`: the steps. Each sequence engine hands it its pending tokens (`Work`): one token
+  for a sequence that is decoding, its prompt for a newcomer. A step gathers every pending
+  sequence's tokens into one `llama_batch`: the decoding sequences' tokens first, then chunks
+  of the prompts (at most `chunk` prompt tokens a step while others decode, so a long prompt
+  never stalls them; the whole `n_batch` when it is alone). There is no batching thread: the
+  sequence whose submission completes the step (every member has something pending) runs it
+  itself ("leader"); one that waited `wait` seconds for a straggler runs it without it. With
+  one active sequence a step is a direct call. The leader samples each finished sequence's
+  next token inside the step (`Work.sample(batch_index)`), so the logits are read before the
+  next step overwrites them, and a sequence may fall behind without blocking anyone. A
+  cancelled sequence leaves at the next step (its decoded part stays, as `done` says).
+  `lock` is the context's: a step holds it, and so do the sequences' state operations.
+- `Slots`: the `Engine` over N sequence engines (each an `EngineBase` with its own prefix
+  cache, sampler and sequence of the shared context). `chat()` takes a free sequence, the one
+  whose last conversation shares the most leading messages with the new one (as llama.cpp's
+  server picks the slot with the longest common prefix; one still readying its cache after
+  delivering the previous turn of the same conversation is waited for), and returns an answer that can be
+  cancelled alone (`SlotAnswer.cancel`). Beyond N, `chat()` waits a bounded time for a
+  sequence still settling its last answer, then refuses (the server queues before that).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+from pocketchat.errors import EngineError
+from pocketchat.engines.types import ChatOptions, Chunk, EngineInfo, Message
+
+CHUNK_TOKENS = 64  # prompt tokens a step carries while other sequences decode
+WAIT_SECONDS = 0.02  # how long a step waits for a member that has not submitted yet
+FREE_WAIT_SECONDS = 30.0  # how long chat() waits for a sequence still settling its last answer
+
+
+class StepCancelled(Exception):
+    """The work left the batch because its sequence was cancelled (`Work.done` tokens stay)."""
+
+
+@dataclass(eq=False)
+class Work:
+    """Tokens of one sequence to decode from position `pos`; `sample(index)`, when given, is
+    called by the leader with the batch index of the last token's logits, and its value
+    returned to the submitter."""
+
+    seq: int
+    tokens: Sequence[int]
+    pos: int
+    sample: Callable[[int], Any] | None = None
+    cancel: threading.Event | None = None
+    done: int = 0
+    result: Any = None
+    error: BaseException | None = None
+    finished: bool = False
+    in_step: bool = False
+    since: float = field(default_factory=time.monotonic)
+
+
+# One step's part of a work: (work, first token index in work.tokens, count).
+Part = tuple[Work, int, int]
+
+
+class Batcher:
+    """Gathers the sequences' pending tokens into steps; see the module docstring.
+
+    `run_step(parts)` decodes the parts as one batch (the logits of a part that ends its work
+    and has `sample` are wanted) and returns llama_decode's code; it is called with `lock` held.
+    """
+
+    def __init__(self, run_step: Callable[[list[Part]], int], n_batch: int, *,
+                 chunk: int = CHUNK_TOKENS, wait: float = WAIT_SECONDS) -> None:
+        self.lock = threading.RLock()
+        self._run_step = run_step
+        self.n_batch = max(1, n_batch)
+        self.chunk = max(1, min(chunk, self.n_batch))
+        self.wait = wait
+        self._cond = threading.Condition(threading.Lock())
+        self._members: dict[int, int] = {}  # seq -> nesting depth
+        self._pending: dict[int, Work] = {}
+        self._running = False
+        self.steps = 0  # steps run, for tests and figures
+        self.max_width = 0  # the most sequences one step carried
+
+    @contextmanager
+    def member(self, seq: int) -> Iterator[None]:
+        """While inside, steps wait (up to `wait`) for `seq`'s next submission."""
+        with self._cond:
+            self._members[seq] = self._members.get(seq, 0) + 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                depth = self._members.pop(seq, 1) - 1
+                if depth > 0:
+                    self._members[seq] = depth
+                self._cond.notify_all()
+
+    def active(self) -> int:
+        """The sequences in a step's company now."""
+        with self._cond:
+            return len(set(self._members) | set(self._pending))
+
+    def decode(self, work: Work) -> Any:
+        """Decode `work` (in one or several steps); its `sample` result. Raises StepCancelled
+        when its cancel event is set between steps, or the step's error."""
+        with self.member(work.seq), self._cond:
+            self._pending[work.seq] = work
+            self._cond.notify_all()
+            try:
+                while not work.finished:
+                    if work.cancel is not None and work.cancel.is_set() and not work.in_step:
+                        raise StepCancelled
+                    if not self._running and self._due() and self._lead():
+                        continue
+                    self._cond.wait(self.wait)
+            finally:
+                if self._pending.get(work.seq) is work:
+                    del self._pending[work.seq]
+            if work.error is not None:
+                raise work.error
+            return work.result
+
+    def _due(self) -> bool:
+        if not self._pending:
+            return False
+        if all(seq in self._pending for seq in self._members):
+            return True
+        oldest = min(w.since for w in self._pending.values())
+        return time.monotonic() - oldest >= self.wait
+
+    def _compose(self) -> list[Part]:
+        """This step's parts: one token of each decoding sequence, then prompt chunks."""
+        room = self.n_batch
+        works = sorted(self._pending.values(), key=lambda w: (len(w.tokens) - w.done, w.since))
+        parts: list[Part] = []
+        prompts = []
+        for w in works:
+            if w.cancel is not None and w.cancel.is_set():
+                continue
+            if len(w.tokens) - w.done == 1:
+                if room:
+                    parts.append((w, w.done, 1))
+                    room -= 1
+            else:
+                prompts.append(w)
+        if prompts:
+            alone = not parts and len(prompts) == 1
+            budget = room if alone else min(room, max(self.chunk, len(prompts)))
+            share = max(1, budget // len(prompts))
+            for w in prompts:
+                n = min(len(w.tokens) - w.done, share, room)
+                if n > 0:
+                    parts.append((w, w.done, n))
+                    room -= n
+        return parts
+
+    def _lead(self) -> bool:
+        """Run one step (called with `_cond` held; released while decoding); False when
+        there was nothing to run."""
+        parts = self._compose()
+        if not parts:
+            return False
+        self._running = True
+        for w, _, _ in parts:
+            w.in_step = True
+        self._cond.release()
+        try:
+            with self.lock:
+                try:
+                    rc = self._run_step(parts)
+                except BaseException as exc:  # noqa: BLE001 - handed to every submitter
+                    rc, error = -1, exc
+                else:
+                    error = None if rc == 0 else EngineError(f"llama_decode returned {rc}")
+                for w, start, n in parts:
+                    if error is not None:
+                        w.error, w.finished = error, True
+                        continue
+                    w.done = start + n
+                    if w.done < len(w.tokens):
+                        continue
+                    if w.sample is not None:
+                        try:
+                            w.result = w.sample(self._index(parts, w))
+                        except BaseException as exc:  # noqa: BLE001 - raised in its own thread
+                            w.error = exc
+                    w.finished = True
+        finally:
+            self._cond.acquire()
+            self._running = False
+            self.steps += 1
+            self.max_width = max(self.max_width, len(parts))
+            for w, _, _ in parts:
+                w.since, w.in_step = time.monotonic(), False
+            self._cond.notify_all()
+        return True
+
+    @staticmethod
+    def _index(parts: list[Part], work: Work) -> int:
+        """The batch index of `work`'s last token in this step."""
+        at = 0
+        for w, _, n in parts:
+            at += n
+            if w is work:
+                return at - 1
+        raise AssertionError("work not in step")
+
+
+class SlotAnswer:
+    """One answer on one sequence: an iterator of chunks that can be cancelled alone."""
+
+    def __init__(self, slots: "Slots", seq: int, chunks: Iterator[Chunk]) -> None:
+        self._slots, self.seq, self._chunks = slots, seq, chunks
+        self._released = False
+
+    def __iter__(self) -> "SlotAnswer":
+        return self
+
+    def __next__(self) -> Chunk:
+        try:
+            chunk = next(self._chunks)
+        except BaseException:
+            self._release()
+            raise
+        if chunk.finish_reason is not None:
+            self._slots._settling_now(self.seq)
+        return chunk
+
+    def cancel(self) -> None:
+        self._slots.engines[self.seq].cancel()
+
+    def close(self) -> None:
+        try:
+            close = getattr(self._chunks, "close", None)
+            if close is not None:
+                close()
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._slots._release(self.seq)
+
+
+class Slots:
+    """An `Engine` that answers up to N conversations at once, one per sequence engine."""
+
+    def __init__(self, engines: Sequence[Any]) -> None:
+        self.engines = list(engines)
+        first = self.engines[0]
+        self.info: EngineInfo = first.info
+        self.plan = first.plan
+        self.n_ctx = first.n_ctx
+        self._lock = threading.Condition(threading.Lock())
+        self._busy: set[int] = set()
+        self._settling: set[int] = set()  # answers delivered, the sequence readying its cache
+        self._last: dict[int, tuple[Message, ...]] = {}
+        self._used: dict[int, float] = {}
+        self._closed = False
+
+    @property
+    def sequences(self) -> int:
+        return len(self.engines)
+
+    @property
+    def busy(self) -> int:
+        with self._lock:
+            return len(self._busy)
+
+    def __getattr__(self, name: str) -> Any:  # template traits etc. of the first sequence
+        if name.startswith("_") or name == "engines":
+            raise AttributeError(name)
+        return getattr(self.engines[0], name)
+
+    def _shared(self, k: int, messages: tuple[Message, ...]) -> int:
+        """The leading messages sequence `k`'s last conversation shares with `messages`."""
+        n = 0
+        for a, b in zip(self._last.get(k, ()), messages):
+            if a != b:
+                break
+            n += 1
+        return n
+
+    def _ready(self, messages: tuple[Message, ...]) -> bool:
+        """A sequence is free, and none still settling shares more with `messages` (the
+        conversation's own sequence, readying its cache for this very request: worth a wait)."""
+        free = [k for k in range(len(self.engines)) if k not in self._busy]
+        if not free:
+            return False
+        best = max(self._shared(k, messages) for k in free)
+        return all(self._shared(k, messages) <= best for k in self._settling)
+
+    def _pick(self, messages: tuple[Message, ...]) -> int:
+        free = [k for k in range(len(self.engines)) if k not in self._busy]
+        if not free:
+            raise EngineError(f"all {len(self.engines)} sequences are answering",
+                              hint="Wait for an answer to end, or serve with a larger --parallel.")
+        return max(free, key=lambda k: (self._shared(k, messages), -self._used.get(k, 0.0)))
+
+    def chat(self, messages: Sequence[Message], options: ChatOptions | None = None
+             ) -> SlotAnswer:
+        messages = tuple(messages)
+        return self._run(messages, lambda engine: engine.chat(messages, options))
+
+    def complete(self, prompt: str | Sequence[int], options: ChatOptions | None = None
+                 ) -> SlotAnswer:
+        """A raw continuation (`base.EngineBase.complete`) on a free sequence."""
+        return self._run((), lambda engine: engine.complete(prompt, options))
+
+    def _run(self, messages: tuple[Message, ...], answer: Callable[[Any], Iterator[Chunk]]
+             ) -> SlotAnswer:
+        if self._closed:
+            raise EngineError("the engine is closed", hint="Open the model again.")
+        with self._lock:
+            # A sequence whose answer was delivered may still be settling (or ending after a
+            # cancel) when the server's next request comes: wait for it, a bounded time.
+            self._lock.wait_for(lambda: self._ready(messages), FREE_WAIT_SECONDS)
+            k = self._pick(messages)
+            self._busy.add(k)
+            self._last[k] = messages
+            self._used[k] = time.monotonic()
+        return SlotAnswer(self, k, answer(self.engines[k]))
+
+    def _settling_now(self, seq: int) -> None:
+        with self._lock:
+            self._settling.add(seq)
+
+    def _release(self, seq: int) -> None:
+        with self._lock:
+            self._busy.discard(seq)
+            self._settling.discard(seq)
+            self._lock.notify_all()
+
+    def cancel(self) -> None:
+        for engine in self.engines:
+            engine.cancel()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for engine in self.engines:
+            engine.cancel()
+        for engine in reversed(self.engines):  # the first owns the model: freed last
+            engine.close()
+
+    def status(self) -> dict:
+        """The engine's live figures (the prompt cache the sequences share)."""
+        return self.engines[0].status()
+
+    def save_state(self, path: Any) -> int:
+        return self.engines[0].save_state(path)
+
+    def load_state(self, path: Any) -> str | None:
+        return self.engines[0].load_state(path)
