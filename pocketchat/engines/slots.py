@@ -38,6 +38,9 @@ WAIT_SECONDS = 0.02  # how long a step waits for a member that has not submitted
 FREE_WAIT_SECONDS = 30.0  # how long chat() waits for a sequence still settling its last answer
 
 
+RAW = object()  # a raw prompt's key starts with it: it never matches a conversation's message
+
+
 class StepCancelled(Exception):
     """The work left the batch because its sequence was cancelled (`Work.done` tokens stay)."""
 
@@ -311,10 +314,13 @@ class Slots:
     def complete(self, prompt: str | Sequence[int], options: ChatOptions | None = None
                  ) -> SlotAnswer:
         """A raw continuation (`base.EngineBase.complete`) on a free sequence."""
-        return self._run((), lambda engine: engine.complete(prompt, options))
+        key = (RAW, prompt if isinstance(prompt, str) else tuple(prompt))
+        return self._run(key, lambda engine: engine.complete(prompt, options))
 
-    def _run(self, messages: tuple[Message, ...], answer: Callable[[Any], Iterator[Chunk]]
+    def _run(self, messages: tuple[Any, ...], answer: Callable[[Any], Iterator[Chunk]]
              ) -> SlotAnswer:
+        """Run `answer` on the free sequence whose last request shares the most leading items
+        with `messages` (a conversation's messages, or a raw prompt's key)."""
         if self._closed:
             raise EngineError("the engine is closed", hint="Open the model again.")
         with self._lock:
