@@ -326,31 +326,25 @@ def test_cancel_stops_mid_answer_and_the_cache_stays_right(eng):
     assert a2 == fresh_answer(follow)
 
 
-def test_cancel_during_a_long_prompt_stops_at_the_next_batch(monkeypatch):
-    gen_mod = importlib.import_module("mlx_lm.generate")  # mlx_lm.generate is also a function
-
+def test_cancel_during_a_long_prompt_stops_at_the_next_batch():
+    """The prompt is read in pieces of n_batch (progress chunks between them): a cancel while it
+    is read stops before the next piece, and what was processed is kept."""
     e = engine(n_ctx=CONTEXT, n_batch=32)
-    real = gen_mod.stream_generate
-
-    def cancelling(*a, prompt_progress_callback, **kw):
-        def progress(done, total):
-            prompt_progress_callback(done, total)
-            if done >= 64:
-                e.cancel()
-
-        return real(*a, prompt_progress_callback=progress, **kw)
-
-    monkeypatch.setattr(gen_mod, "stream_generate", cancelling)
     long = [Message("user", "the river is long and wide and deep " * 60)]
     whole = prompt_tokens(e, long)
     assert len(whole) > 300
-    _, _, final = run(e, long, ChatOptions(max_tokens=8))
+    chunks = []
+    for chunk in e.chat(long, ChatOptions(max_tokens=8)):
+        chunks.append(chunk)
+        if chunk.progress is not None and chunk.progress.done >= 64:
+            e.cancel()
+    final = chunks[-1]
+    assert [c.progress.done for c in chunks if c.progress is not None] == [0, 32, 64]
     assert final.finish_reason == "cancelled"
-    assert final.stats.generated_tokens == 0 and final.stats.prompt_tokens == 96
-    assert e._cache.tokens == whole[:96]  # what was processed is kept
-    monkeypatch.setattr(gen_mod, "stream_generate", real)
+    assert final.stats.generated_tokens == 0 and final.stats.prompt_tokens == 64
+    assert e._cache.tokens == whole[:64]  # what was processed is kept
     _, _, again = run(e, long, ChatOptions(max_tokens=4, ignore_eos=True))
-    assert again.finish_reason == "length" and again.stats.prompt_tokens == len(whole) - 96
+    assert again.finish_reason == "length" and again.stats.prompt_tokens == len(whole) - 64
     e.close()
 
 
