@@ -41,7 +41,7 @@ for _p in (str(REPO), str(REPO / "tests")):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-from support.tinymoe import SPECIALS, byte_symbols  # noqa: E402
+from support.tinymoe import SPECIALS, add_tokenizer, byte_symbols  # noqa: E402
 from support.tinyqwen35 import QWEN35_TEMPLATE, Qwen35Shape, TensorSpec, add_hparams, tensor_table  # noqa: E402
 
 # POCKET-35B (shared/pocket-builds.md): Qwen3.5-35B-A3B's shape.
@@ -240,16 +240,7 @@ def write_pocket(path: Path, *, quant: str = "Q2_K", shape: Qwen35Shape = POCKET
     w.add_file_type(FILE_TYPE[quant])
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
     tokens, types, merges = bpe_vocab(n_vocab, seed)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges(merges)
-    w.add_bos_token_id(tokens.index("<|endoftext|>"))
-    w.add_eos_token_id(tokens.index("<|im_end|>"))
-    w.add_pad_token_id(tokens.index("<|endoftext|>"))
-    w.add_add_bos_token(False)
-    w.add_chat_template(QWEN35_TEMPLATE)
+    add_tokenizer(w, tokens, types, merges, bos="<|endoftext|>", chat_template=QWEN35_TEMPLATE)
     for p in planned:
         dims = tuple(reversed(p.spec.ne))
         if p.ggml_type == F32:

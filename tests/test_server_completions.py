@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from support.serverproc import running
+from support.serverproc import client, model, server  # noqa: F401 - module fixtures
 
 openai = pytest.importorskip("openai")
 llama_cpp = pytest.importorskip("llama_cpp")
@@ -17,22 +17,6 @@ llama_cpp = pytest.importorskip("llama_cpp")
 pytestmark = pytest.mark.slow
 PROMPT = "The capital of France is"
 GREEDY = dict(temperature=0, extra_body={"ignore_eos": True, "repeat_penalty": 1.0})
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with running(["--model", "starter", "--ctx", "1024"], tmp_path_factory.mktemp("serve")) as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def client(server) -> "openai.OpenAI":
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
-
-
-@pytest.fixture(scope="module")
-def model(client) -> str:
-    return client.models.list().data[0].id
 
 
 @pytest.fixture(scope="module")

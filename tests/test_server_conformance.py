@@ -18,7 +18,7 @@ import json
 
 import pytest
 
-from support.serverproc import running
+from support.serverproc import client, model, server  # noqa: F401 - module fixtures
 
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
@@ -39,22 +39,6 @@ PYTHON_TOOL = {"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"code": {"type": "string",
                                                              "description": "The code to run."}},
                    "required": ["code"]}}}
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with running(["--model", "starter", "--ctx", "1024"], tmp_path_factory.mktemp("serve")) as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def client(server) -> "openai.OpenAI":
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="dummy", max_retries=0, timeout=300)
-
-
-@pytest.fixture(scope="module")
-def model(client) -> str:
-    return client.models.list().data[0].id
 
 
 def post(server, path: str, body: dict) -> tuple[int, dict]:

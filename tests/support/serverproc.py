@@ -1,4 +1,7 @@
-"""Start the real `pocketchat serve` in a child process on 127.0.0.1 (a free port) and stop it."""
+"""Start the real `pocketchat serve` in a child process on 127.0.0.1 (a free port) and stop it.
+
+`server`, `client` and `model` are module-scoped fixtures of a starter server (1,024-token
+context) and the real `openai` client on it; a test module imports them to get its own."""
 
 from __future__ import annotations
 
@@ -14,6 +17,8 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
+
+import pytest
 
 from support import REPO
 
@@ -114,3 +119,21 @@ def running(args: list[str], home: Path, **kw: Any) -> Iterator[ServerProcess]:
         yield srv
     finally:
         srv.stop()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: Any) -> Iterator[ServerProcess]:
+    """The starter served for one test module."""
+    with running(["--model", "starter", "--ctx", "1024"], tmp_path_factory.mktemp("serve")) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def client(server: ServerProcess) -> Any:
+    return server.openai()
+
+
+@pytest.fixture(scope="module")
+def model(client: Any) -> str:
+    """The model name the server answers to."""
+    return client.models.list().data[0].id

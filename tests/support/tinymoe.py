@@ -46,14 +46,38 @@ def byte_symbols() -> list[str]:
     return [mapping[b] for b in range(256)]
 
 
+def byte_vocab() -> tuple[list[str], list[int], list[str]]:
+    """The byte-level vocabulary: (tokens, token types, merges): the 256 bytes, two merges
+    ("he", "ll"), `<|endoftext|>`, `<|im_start|>`, `<|im_end|>` (control) and the think tags
+    (user-defined)."""
+    import gguf
+
+    tokens = byte_symbols() + ["he", "ll"] + SPECIALS
+    types = [gguf.TokenType.NORMAL] * 258 + [gguf.TokenType.CONTROL] * 3 + [
+        gguf.TokenType.USER_DEFINED] * 2
+    return tokens, types, ["h e", "l l"]
+
+
+def add_tokenizer(w, tokens: list[str], types: list[int], merges: list[str], *, bos: str,
+                  chat_template: str) -> None:
+    """A GPT-2-style tokenizer on a `gguf.GGUFWriter`: `bos` also pads, `<|im_end|>` ends."""
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(tokens.index(bos))
+    w.add_eos_token_id(tokens.index("<|im_end|>"))
+    w.add_pad_token_id(tokens.index(bos))
+    w.add_add_bos_token(False)
+    w.add_chat_template(chat_template)
+
+
 def write_tiny_moe(path: Path, *, seed: int = 0, chat_template: str = CHAT_TEMPLATE) -> Path:
     import gguf
 
     rng = np.random.default_rng(seed)
-    tokens = byte_symbols() + ["he", "ll"] + SPECIALS
-    token_types = [gguf.TokenType.NORMAL] * 258 + [gguf.TokenType.CONTROL] * 3 + [
-        gguf.TokenType.USER_DEFINED
-    ] * 2
+    tokens, token_types, merges = byte_vocab()
     n_vocab = len(tokens)
 
     w = gguf.GGUFWriter(str(path), "qwen3moe")
@@ -72,16 +96,7 @@ def write_tiny_moe(path: Path, *, seed: int = 0, chat_template: str = CHAT_TEMPL
     w.add_expert_count(N_EXPERT)
     w.add_expert_used_count(N_EXPERT_USED)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")
-    w.add_token_list(tokens)
-    w.add_token_types(token_types)
-    w.add_token_merges(["h e", "l l"])
-    w.add_bos_token_id(tokens.index("<|endoftext|>"))
-    w.add_eos_token_id(tokens.index("<|im_end|>"))
-    w.add_pad_token_id(tokens.index("<|endoftext|>"))
-    w.add_add_bos_token(False)
-    w.add_chat_template(chat_template)
+    add_tokenizer(w, tokens, token_types, merges, bos="<|endoftext|>", chat_template=chat_template)
 
     def t(name: str, *shape: int, scale: float = 0.2) -> None:
         w.add_tensor(name, (rng.standard_normal(shape) * scale).astype(np.float32))

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from support.tinymoe import CHAT_TEMPLATE, SPECIALS, byte_symbols
+from support.tinymoe import CHAT_TEMPLATE, add_tokenizer, byte_symbols, byte_vocab
+
 N_EMBD = 64
 N_HEAD = 4
 N_HEAD_KV = 2
@@ -274,29 +275,16 @@ def write_tiny_qwen35moe(path: Path, *, seed: int = 0, n_layer: int = N_LAYER,
         tokens = words + ["<|im_start|>", "<|im_end|>"]
         token_types = [gguf.TokenType.NORMAL] * len(words) + [gguf.TokenType.USER_DEFINED,
                                                                gguf.TokenType.CONTROL]
-        bos = tokens.index("<|im_start|>")
+        # llama.cpp wants merges; this one joins two bytes the vocabulary never holds
+        merges, bos = [f"{symbols[0]} {symbols[1]}"], "<|im_start|>"
     else:
-        tokens = symbols + ["he", "ll"] + SPECIALS
-        token_types = [gguf.TokenType.NORMAL] * 258 + [gguf.TokenType.CONTROL] * 3 + [
-            gguf.TokenType.USER_DEFINED
-        ] * 2
-        bos = tokens.index("<|endoftext|>")
+        (tokens, token_types, merges), bos = byte_vocab(), "<|endoftext|>"
     n_vocab = len(tokens)
     w = gguf.GGUFWriter(str(path), "qwen35moe")
     w.add_name("tiny-qwen35moe-test")
     add_hparams(w, shape)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")
-    w.add_token_list(tokens)
-    w.add_token_types(token_types)
-    # llama.cpp wants merges; the ASCII vocabulary's one joins two bytes it never holds
-    w.add_token_merges([f"{symbols[0]} {symbols[1]}"] if ascii_only else ["h e", "l l"])
-    w.add_bos_token_id(bos)
-    w.add_eos_token_id(tokens.index("<|im_end|>"))
-    w.add_pad_token_id(bos)
-    w.add_add_bos_token(False)
-    w.add_chat_template(chat_template)
+    add_tokenizer(w, tokens, token_types, merges, bos=bos, chat_template=chat_template)
     for spec in tensor_table(shape, n_vocab):
         dims = tuple(reversed(spec.ne))  # numpy's order
         if spec.init == "normal":

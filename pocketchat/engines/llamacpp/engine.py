@@ -33,7 +33,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -357,8 +357,11 @@ class LlamaCppEngine(EngineBase):
         self._sampler = chain
 
     def _generate(self, tokens: list[int], opts: ChatOptions, max_new: int) -> Iterator[Step]:
-        if self._batcher is not None:
-            yield from self._generate_shared(tokens, opts, max_new)
+        if self._batcher is not None:  # with the other sequences: each token in a batcher step
+            with self._batcher.member(self._seq):
+                self._evaluate(tokens[:-1])
+                shared = lambda toks: self._decode_shared(toks, sample=True)  # noqa: E731
+                yield from self._tokens(shared(tokens[-1:]), shared, opts, max_new)
             return
         lib, ctx = self._lib, self._ctx
         self._evaluate(tokens[:-1])
@@ -367,23 +370,28 @@ class LlamaCppEngine(EngineBase):
             self._decode(tokens[-1:], logits_last=True)
         finally:
             lib.llama_set_abort_callback(ctx, self._no_abort, None)
+
+        def alone(toks: list[int]) -> tuple[int, Any]:
+            self._decode(toks, logits_last=True)
+            return self._sample_at(-1)
+
+        yield from self._tokens(self._sample_at(-1), alone, opts, max_new)
+
+    def _tokens(self, first: tuple[int, Any], step: Callable[[list[int]], tuple[int, Any]],
+                opts: ChatOptions, max_new: int) -> Iterator[Step]:
+        """The answer's steps from its first sampled (token, logprob); `step([token])` decodes
+        a token and samples the next. Ends at an end-of-generation token or the length cap."""
+        tok, logprob = first
         utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
         sampled = 0
-        control = self._control
         while True:
-            logprob = None
-            if control is not None:  # the last position's logits, in place (the buffer may move)
-                ptr = lib.llama_get_logits_ith(ctx, -1)
-                control.before(np.ctypeslib.as_array(ptr, shape=(self._n_vocab,)))
-            tok = lib.llama_sampler_sample(self._sampler, ctx, -1)
-            if control is not None:
-                logprob = control.logprob(tok)
-                control.accept(tok)
-            if self._mark is None:
-                self._mark = _counted(lib.llama_perf_context(ctx))
+            if self._mark is None:  # the first token: what came before is prompt processing
+                self._mark = (_counted(self._lib.llama_perf_context(self._ctx))
+                              if self._batcher is None else
+                              (self._own[0], time.perf_counter() - self._own[1]))
             sampled += 1
             self._last = tok
-            if lib.llama_vocab_is_eog(self._vocab, tok) and not opts.ignore_eos:
+            if self._lib.llama_vocab_is_eog(self._vocab, tok) and not opts.ignore_eos:
                 yield Step(utf8.decode(b"", final=True), "stop")
                 return
             text = utf8.decode(self._piece(tok))
@@ -392,31 +400,7 @@ class LlamaCppEngine(EngineBase):
                 return
             yield Step(text, None, logprob)
             self._last = None
-            self._decode([tok], logits_last=True)
-
-    def _generate_shared(self, tokens: list[int], opts: ChatOptions, max_new: int
-                         ) -> Iterator[Step]:
-        """`_generate` with the other sequences: each token decoded in the batcher's step."""
-        with self._batcher.member(self._seq):  # type: ignore[union-attr]
-            self._evaluate(tokens[:-1])
-            tok, logprob = self._decode_shared(tokens[-1:], sample=True)
-            utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-            sampled = 0
-            while True:
-                if self._mark is None:
-                    self._mark = (self._own[0], time.perf_counter() - self._own[1])
-                sampled += 1
-                self._last = tok
-                if self._lib.llama_vocab_is_eog(self._vocab, tok) and not opts.ignore_eos:
-                    yield Step(utf8.decode(b"", final=True), "stop")
-                    return
-                text = utf8.decode(self._piece(tok))
-                if sampled >= max_new or len(self.cache.tokens) >= self.n_ctx:
-                    yield Step(text + utf8.decode(b"", final=True), "length", logprob)
-                    return
-                yield Step(text, None, logprob)
-                self._last = None
-                tok, logprob = self._decode_shared([tok], sample=True)
+            tok, logprob = step([tok])
 
     def _complete(self) -> None:
         """Decode the last sampled token: counted, and cached for the next turn."""

@@ -3,9 +3,10 @@
 - `import_llama()`: the lazy import, with a clear error when the backend is missing.
 - `LlamaLog`: llama.cpp's log, captured instead of printed (the TUI owns the terminal); its
   last lines explain a failed load, and its override lines prove the experts went to the CPU.
-- `model_params_hook`: `Llama()` builds `llama_model_params` itself and has no argument for
-  `tensor_buft_overrides` or a progress callback; the hook fills them in the params it builds.
-  `context_params_hook` does the same for `llama_context_params` (`n_seq_max`, `kv_unified`:
+- `params_hook` (`model_params_hook`, `context_params_hook`): `Llama()` builds
+  `llama_model_params` itself and has no argument for `tensor_buft_overrides` or a progress
+  callback; the hook fills them in the params it builds. The same for `llama_context_params`
+  (`n_seq_max`, `kv_unified`:
   a plan with `parallel` N gets N sequences, each with its own `n_ctx` cells: with
   `kv_unified` false llama.cpp gives each sequence `n_ctx / n_seq_max`, and a recurrent or
   hybrid model keeps one recurrent state per sequence).
@@ -94,45 +95,35 @@ class LlamaLog:
 
 
 @contextlib.contextmanager
-def model_params_hook(setup: Callable[[Any], None]) -> Iterator[None]:
-    """While inside, every `llama_model_params` that `Llama()` creates passes through `setup`."""
+def params_hook(default: str, setup: Callable[[Any], None]) -> Iterator[None]:
+    """While inside, every params struct that `Llama()` gets from llama.cpp's `default` function
+    (`llama_model_default_params`, `llama_context_default_params`) passes through `setup`."""
     import llama_cpp.llama as llama_module
 
     target = llama_module.llama_cpp  # the low-level module `Llama` calls
     with _hook_lock:
-        original = target.llama_model_default_params
+        original = getattr(target, default)
 
         def patched() -> Any:
             params = original()
             setup(params)
             return params
 
-        target.llama_model_default_params = patched
+        setattr(target, default, patched)
         try:
             yield
         finally:
-            target.llama_model_default_params = original
+            setattr(target, default, original)
 
 
-@contextlib.contextmanager
-def context_params_hook(setup: Callable[[Any], None]) -> Iterator[None]:
-    """While inside, every `llama_context_params` that `Llama()` creates passes through `setup`."""
-    import llama_cpp.llama as llama_module
+def model_params_hook(setup: Callable[[Any], None]) -> contextlib.AbstractContextManager[None]:
+    """Every `llama_model_params` that `Llama()` creates passes through `setup`."""
+    return params_hook("llama_model_default_params", setup)
 
-    target = llama_module.llama_cpp
-    with _hook_lock:
-        original = target.llama_context_default_params
 
-        def patched() -> Any:
-            params = original()
-            setup(params)
-            return params
-
-        target.llama_context_default_params = patched
-        try:
-            yield
-        finally:
-            target.llama_context_default_params = original
+def context_params_hook(setup: Callable[[Any], None]) -> contextlib.AbstractContextManager[None]:
+    """Every `llama_context_params` that `Llama()` creates passes through `setup`."""
+    return params_hook("llama_context_default_params", setup)
 
 
 @dataclass
