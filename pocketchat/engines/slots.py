@@ -7,8 +7,9 @@ Two parts:
   of the prompts (at most `chunk` prompt tokens a step while others decode, so a long prompt
   never stalls them; the whole `n_batch` when it is alone). There is no batching thread: the
   sequence whose submission completes the step (every member has something pending) runs it
-  itself ("leader"); one that waited `wait` seconds for a straggler runs it without it. With
-  one active sequence a step is a direct call. The leader samples each finished sequence's
+  itself ("leader"); one that waited `wait` seconds for a straggler runs it without it. The
+  next token of the only active sequence is a step of its own, run at once (`_solo`: no
+  company to gather, so the single user pays only two lock round trips). The leader samples each finished sequence's
   next token inside the step (`Work.sample(batch_index)`), so the logits are read before the
   next step overwrites them, and a sequence may fall behind without blocking anyone. A
   cancelled sequence leaves at the next step (its decoded part stays, as `done` says).
@@ -111,6 +112,15 @@ class Batcher:
     def decode(self, work: Work) -> Any:
         """Decode `work` (in one or several steps); its `sample` result. Raises StepCancelled
         when its cancel event is set between steps, or the step's error."""
+        if work.cancel is not None and work.cancel.is_set():
+            raise StepCancelled
+        with self._cond:  # one token of the only sequence: a step of its own, at once
+            solo = (len(work.tokens) == 1 and not self._running and not self._pending
+                    and all(seq == work.seq for seq in self._members))
+            if solo:
+                self._running = True
+        if solo:
+            return self._solo(work)
         with self.member(work.seq), self._cond:
             self._pending[work.seq] = work
             self._cond.notify_all()
@@ -127,6 +137,22 @@ class Batcher:
             if work.error is not None:
                 raise work.error
             return work.result
+
+    def _solo(self, work: Work) -> Any:
+        """`work`'s one token as a step of its own (the caller set `_running`)."""
+        try:
+            with self.lock:
+                rc = self._run_step([(work, 0, 1)])
+                if rc != 0:
+                    raise EngineError(f"llama_decode returned {rc}")
+                work.done, work.finished = 1, True
+                return work.sample(0) if work.sample is not None else None
+        finally:
+            with self._cond:
+                self._running = False
+                self.steps += 1
+                self.max_width = max(self.max_width, 1)
+                self._cond.notify_all()
 
     def _due(self) -> bool:
         if not self._pending:
