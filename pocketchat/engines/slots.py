@@ -87,6 +87,7 @@ class Batcher:
         self._members: dict[int, int] = {}  # seq -> nesting depth
         self._pending: dict[int, Work] = {}
         self._running = False
+        self._ended = 0.0  # when the last step ended (monotonic)
         self.steps = 0  # steps run, for tests and figures
         self.max_width = 0  # the most sequences one step carried
 
@@ -128,9 +129,13 @@ class Batcher:
                 while not work.finished:
                     if work.cancel is not None and work.cancel.is_set() and not work.in_step:
                         raise StepCancelled
-                    if not self._running and self._due() and self._lead():
+                    if self._running:  # woken when it ends: no timer ticks beside the decode
+                        self._cond.wait()
                         continue
-                    self._cond.wait(self.wait)
+                    left = self._left()
+                    if left <= 0 and self._lead():
+                        continue
+                    self._cond.wait(left if left > 0 else self.wait)
             finally:
                 if self._pending.get(work.seq) is work:
                     del self._pending[work.seq]
@@ -150,22 +155,26 @@ class Batcher:
         finally:
             with self._cond:
                 self._running = False
+                self._ended = time.monotonic()
                 self.steps += 1
                 self.max_width = max(self.max_width, 1)
                 self._cond.notify_all()
 
-    def _due(self) -> bool:
+    def _left(self) -> float:
+        """Seconds until the next step is due: 0 when every member has submitted; else the
+        oldest submission's wait for a straggler, counted from the last step's end (a member
+        that was in it is coming back, not straggling)."""
         if not self._pending:
-            return False
+            return self.wait
         if all(seq in self._pending for seq in self._members):
-            return True
-        oldest = min(w.since for w in self._pending.values())
-        return time.monotonic() - oldest >= self.wait
+            return 0.0
+        oldest = max(min(w.since for w in self._pending.values()), self._ended)
+        return self.wait - (time.monotonic() - oldest)
 
     def _compose(self) -> list[Part]:
         """This step's parts: one token of each decoding sequence, then prompt chunks."""
         room = self.n_batch
-        works = sorted(self._pending.values(), key=lambda w: (len(w.tokens) - w.done, w.since))
+        works = sorted(self._pending.values(), key=lambda w: (len(w.tokens) - w.done, w.seq))
         parts: list[Part] = []
         prompts = []
         for w in works:
@@ -222,10 +231,13 @@ class Batcher:
         finally:
             self._cond.acquire()
             self._running = False
+            self._ended = time.monotonic()
             self.steps += 1
             self.max_width = max(self.max_width, len(parts))
             for w, _, _ in parts:
                 w.since, w.in_step = time.monotonic(), False
+                if w.finished and self._pending.get(w.seq) is w:
+                    del self._pending[w.seq]  # not pending now: its submitter is coming back
             self._cond.notify_all()
         return True
 
