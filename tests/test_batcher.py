@@ -1,11 +1,13 @@
 """The batcher's steps (`engines/slots.Batcher`) with a recording decoder in place of llama.cpp:
 a lone sequence's token is a step of its own, sequences that decode together share one step
-(each sampling at its own batch index), a newcomer's prompt goes in chunks while others decode,
-a cancelled work leaves before its step."""
+(each sampling at its own batch index), every step runs in the one step thread whoever
+submits, a newcomer's prompt goes in chunks while others decode, a cancelled work leaves
+before its step."""
 
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -25,15 +27,37 @@ class Recorder:
         return 0
 
 
-def test_a_lone_sequence_decodes_each_token_in_its_own_step_in_its_own_thread():
+def test_a_lone_sequence_decodes_each_token_in_its_own_step():
     rec = Recorder()
     batcher = Batcher(rec, 64)
     with batcher.member(0):
         out = [batcher.decode(Work(0, [t], t, sample=lambda i, t=t: (t, i))) for t in range(5)]
+    batcher.close()
     assert out == [(t, 0) for t in range(5)]  # each sampled at batch index 0
     assert rec.steps == [[(0, 0, 1)]] * 5
-    assert set(rec.threads) == {threading.get_ident()}
     assert batcher.max_width == 1
+
+
+def test_every_step_runs_in_one_thread_whoever_submits():
+    """llama.cpp's CPU backend keeps a thread pool per calling thread: one caller, one pool."""
+    rec = Recorder()
+    batcher = Batcher(rec, 64)
+
+    def run(seq: int) -> None:
+        with batcher.member(seq):
+            for pos in range(3):
+                batcher.decode(Work(seq, [1], pos, sample=lambda i: i))
+
+    threads = [threading.Thread(target=run, args=(s,)) for s in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    run(3)
+    batcher.close()
+    assert sum(n for step in rec.steps for _, _, n in step) == 12
+    assert len(set(rec.threads)) == 1
+    assert rec.threads[0] not in {t.ident for t in threads} | {threading.get_ident()}
 
 
 def test_two_decoding_sequences_share_one_step_and_sample_at_their_own_index():
@@ -52,6 +76,7 @@ def test_two_decoding_sequences_share_one_step_and_sample_at_their_own_index():
         t.start()
     for t in threads:
         t.join(10)
+    batcher.close()
     assert len(rec.steps) == 1 and sorted(rec.steps[0]) == [(0, 0, 1), (1, 0, 1)]
     assert sorted(results.values()) == [0, 1]  # each its own row of the one batch
 
@@ -98,6 +123,29 @@ def test_a_cancelled_work_leaves_before_its_step():
     assert rec.steps == []
 
 
+def test_a_work_cancelled_while_it_waits_for_company_leaves_when_woken():
+    rec = Recorder()
+    batcher = Batcher(rec, 64, wait=30.0)  # the straggler never comes: only the cancel ends it
+    cancel = threading.Event()
+    raised = []
+
+    def run() -> None:
+        with batcher.member(0), batcher.member(1):  # seq 1 is a member that never submits
+            try:
+                batcher.decode(Work(0, [1], 0, cancel=cancel))
+            except StepCancelled:
+                raised.append(True)
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(0.05)
+    cancel.set()
+    batcher.wake()
+    t.join(5)
+    batcher.close()
+    assert raised == [True] and rec.steps == []
+
+
 def test_a_failed_step_is_the_submitters_error_and_the_batcher_goes_on():
     codes = [1, 0]
     batcher = Batcher(lambda parts: codes.pop(0), 64)
@@ -105,3 +153,4 @@ def test_a_failed_step_is_the_submitters_error_and_the_batcher_goes_on():
         with pytest.raises(Exception, match="llama_decode returned 1"):
             batcher.decode(Work(0, [1], 0))
         assert batcher.decode(Work(0, [1], 0, sample=lambda i: "next")) == "next"
+    batcher.close()

@@ -5,13 +5,15 @@ Two parts:
   for a sequence that is decoding, its prompt for a newcomer. A step gathers every pending
   sequence's tokens into one `llama_batch`: the decoding sequences' tokens first, then chunks
   of the prompts (at most `chunk` prompt tokens a step while others decode, so a long prompt
-  never stalls them; the whole `n_batch` when it is alone). There is no batching thread: the
-  sequence whose submission completes the step (every member has something pending) runs it
-  itself ("leader"); one that waited `wait` seconds for a straggler runs it without it. The
-  next token of the only active sequence is a step of its own, run at once (`_solo`: no
-  company to gather, so the single user pays only two lock round trips). The leader samples each finished sequence's
-  next token inside the step (`Work.sample(batch_index)`), so the logits are read before the
-  next step overwrites them, and a sequence may fall behind without blocking anyone. A
+  never stalls them; the whole `n_batch` when it is alone). One step thread runs every step
+  (so every `llama_decode` of the context comes from one OS thread: llama.cpp's CPU backend
+  keeps an OpenMP thread pool per calling thread, and pools of several callers spin against
+  each other; measured on the starter, decoding from a second thread of a process whose main
+  thread had decoded ran at 0.6 of the speed). A step is due when every member has
+  submitted, or when the oldest submission has waited `wait` seconds for a straggler since
+  the last step ended. The step thread samples each finished sequence's next token inside
+  the step (`Work.sample(batch_index)`), so the logits are read before the next step
+  overwrites them, and a sequence may fall behind without blocking anyone. A
   cancelled sequence leaves at the next step (its decoded part stays, as `done` says).
   `lock` is the context's: a step holds it, and so do the sequences' state operations.
 - `Slots`: the `Engine` over N sequence engines (each an `EngineBase` with its own prefix
@@ -87,6 +89,8 @@ class Batcher:
         self._members: dict[int, int] = {}  # seq -> nesting depth
         self._pending: dict[int, Work] = {}
         self._running = False
+        self._closed = False
+        self._thread: threading.Thread | None = None
         self._ended = 0.0  # when the last step ended (monotonic)
         self.steps = 0  # steps run, for tests and figures
         self.max_width = 0  # the most sequences one step carried
@@ -112,53 +116,57 @@ class Batcher:
 
     def decode(self, work: Work) -> Any:
         """Decode `work` (in one or several steps); its `sample` result. Raises StepCancelled
-        when its cancel event is set between steps, or the step's error."""
+        when its cancel event is set between steps (call `wake()` after setting it), or the
+        step's error."""
         if work.cancel is not None and work.cancel.is_set():
             raise StepCancelled
-        with self._cond:  # one token of the only sequence: a step of its own, at once
-            solo = (len(work.tokens) == 1 and not self._running and not self._pending
-                    and all(seq == work.seq for seq in self._members))
-            if solo:
-                self._running = True
-        if solo:
-            return self._solo(work)
         with self.member(work.seq), self._cond:
+            if self._closed:
+                raise EngineError("the engine is closed", hint="Open the model again.")
+            self._start()
             self._pending[work.seq] = work
             self._cond.notify_all()
             try:
                 while not work.finished:
                     if work.cancel is not None and work.cancel.is_set() and not work.in_step:
                         raise StepCancelled
-                    if self._running:  # woken when it ends: no timer ticks beside the decode
-                        self._cond.wait()
-                        continue
-                    left = self._left()
-                    if left <= 0 and self._lead():
-                        continue
-                    self._cond.wait(left if left > 0 else self.wait)
+                    self._cond.wait()
             finally:
                 if self._pending.get(work.seq) is work:
                     del self._pending[work.seq]
+                    self._cond.notify_all()
             if work.error is not None:
                 raise work.error
             return work.result
 
-    def _solo(self, work: Work) -> Any:
-        """`work`'s one token as a step of its own (the caller set `_running`)."""
-        try:
-            with self.lock:
-                rc = self._run_step([(work, 0, 1)])
-                if rc != 0:
-                    raise EngineError(f"llama_decode returned {rc}")
-                work.done, work.finished = 1, True
-                return work.sample(0) if work.sample is not None else None
-        finally:
-            with self._cond:
-                self._running = False
-                self._ended = time.monotonic()
-                self.steps += 1
-                self.max_width = max(self.max_width, 1)
-                self._cond.notify_all()
+    def wake(self) -> None:
+        """Have every submitter look at its cancel event now."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """Stop the step thread (after the step it runs)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="pocketchat-steps",
+                                            daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        """The step thread: runs each step when it is due, until closed."""
+        with self._cond:
+            while not self._closed:
+                left = self._left()
+                if left <= 0 and self._lead():
+                    continue
+                self._cond.wait(left if self._pending and left > 0 else None)
 
     def _left(self) -> float:
         """Seconds until the next step is due: 0 when every member has submitted; else the

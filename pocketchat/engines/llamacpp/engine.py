@@ -161,6 +161,11 @@ class LlamaCppEngine(EngineBase):
         raw = self._lib.llama_vocab_get_text(self._vocab, token)
         return raw.decode("utf-8", errors="replace") if raw else ""
 
+    def cancel(self) -> None:
+        super().cancel()
+        if self._batcher is not None:  # a submission waiting for its step sees it at once
+            self._batcher.wake()
+
     def _free(self) -> None:
         self._free_sampler()
         if self._root is not self:  # another sequence of the root's context
@@ -168,6 +173,8 @@ class LlamaCppEngine(EngineBase):
             if self._root._llm is not None:
                 self.state.clear()
             return
+        if self._batcher is not None:  # its step thread decodes into the context: stop it first
+            self._batcher.close()
         if self._batch is not None:
             self._lib.llama_batch_free(self._batch)
             self._batch = None
