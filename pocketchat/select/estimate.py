@@ -58,10 +58,12 @@ POCKET_EMBD = 2048
 # What one core can read caps a plan with few threads. Apple's (M3 Pro CPU, 8 threads, Q2_K:
 # 19.5 tok/s) is about 4 GB/s; an x86 core reads more: on the 2-core dev machine (AMD EPYC,
 # Zen 4) one thread decodes the full-size POCKET Q2_K (1.47 GB a token) at 6.6 tok/s, 9.7 GB/s,
-# with the other core busy (benchmarks/pocket_scale.py); 6 GB/s a core is a cautious figure.
+# with the other core busy, and at 8.2 tok/s, 12.0 GB/s, on a quiet machine, where two threads
+# read 15 GB/s (benchmarks/pocket_scale.py); 8 GB/s a core is still a cautious figure (at 6 the
+# estimate for two threads was 0.79 of the quiet measurement).
 CPU_EFFICIENCY = 0.5
 CPU_GBPS_PER_CORE = 4.0
-CPU_GBPS_PER_CORE_X86 = 6.0
+CPU_GBPS_PER_CORE_X86 = 8.0
 DEFAULT_CPU_GBPS = 20.0
 # GPU decoding of a small-expert MoE is partly launch-bound: a fixed cost per token plus the
 # bytes at a fraction of the memory bandwidth (H100 NVL IQ1_M 197 tok/s; M3 Pro Metal 25.4).
