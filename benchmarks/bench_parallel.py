@@ -14,6 +14,7 @@ prints the medians and the ratios: four@p4 / bare (goal >= 0.9), four@p4 / one@p
 
     PYTHONPATH=. python benchmarks/bench_parallel.py [--model starter|PATH.gguf] [--runs 3]
     PYTHONPATH=. python benchmarks/bench_parallel.py --model tiny-qwen35moe   (writes it)
+    PYTHONPATH=. python benchmarks/bench_parallel.py --model POCKET.gguf --sequential --tokens 64
 """
 
 from __future__ import annotations
@@ -159,6 +160,10 @@ def main() -> int:
     ap.add_argument("--ctx", type=int, default=1024)
     ap.add_argument("--threads", type=int, default=None,
                     help="the bare loop's threads (default: the plan's, as the servers use)")
+    ap.add_argument("--sequential", action="store_true",
+                    help="one model in memory at a time (each round starts each server and the "
+                         "bare loop anew and stops it): a full-size model's repacked weights do "
+                         "not fit three times")
     args = ap.parse_args()
     if args.threads is None:
         from pocketchat.select import defaults
@@ -171,9 +176,12 @@ def main() -> int:
     common = ["--model", spec, "--ctx", str(args.ctx), "--queue", "8"]
     for n in (1, 4):
         (tmp / f"p{n}").mkdir()
-    servers = {n: ServerProcess([*common, "--parallel", str(n)], tmp / f"p{n}") for n in (1, 4)}
     figures: dict[str, list[float]] = {"one@p1": [], "one@p4": [], "four@p4": [], "bare": []}
     ttfts: list[float] = []
+    if args.sequential:
+        sequential(args, path, common, tmp, figures, ttfts)
+        return report(args, figures, ttfts)
+    servers = {n: ServerProcess([*common, "--parallel", str(n)], tmp / f"p{n}") for n in (1, 4)}
     bare = None
     try:
         for srv in servers.values():
@@ -202,6 +210,40 @@ def main() -> int:
             bare.close()
         for srv in servers.values():
             srv.stop()
+    return report(args, figures, ttfts)
+
+
+def sequential(args: argparse.Namespace, path: Path, common: list[str], tmp: Path,
+               figures: dict[str, list[float]], ttfts: list[float]) -> None:
+    """`--sequential`: each round holds one model at a time: the --parallel 1 server (one
+    client), the --parallel 4 server (one client, then four), the bare loop."""
+    for r in range(args.runs):
+        for n in (1, 4):
+            srv = ServerProcess([*common, "--parallel", str(n)], tmp / f"p{n}")
+            try:
+                srv.wait_ready(600)
+                clients(srv.url, 1, 8)  # warm-up: pages in, first-request costs
+                time.sleep(PAUSE)
+                figures[f"one@p{n}"].append(clients(srv.url, 1, args.tokens)[0])
+                if n == 4:
+                    time.sleep(PAUSE)
+                    tok_s, t = clients(srv.url, 4, args.tokens)
+                    figures["four@p4"].append(tok_s)
+                    ttfts.extend(t)
+            finally:
+                srv.stop()
+        bare = Bare(path, args.ctx, args.threads)
+        try:
+            bare.run(8)
+            time.sleep(PAUSE)
+            figures["bare"].append(bare.run(args.tokens))
+        finally:
+            bare.close()
+        print(f"run {r + 1}: " + "  ".join(f"{k} {v[-1]:.1f}" for k, v in figures.items()),
+              flush=True)
+
+
+def report(args: argparse.Namespace, figures: dict[str, list[float]], ttfts: list[float]) -> int:
     med = {k: statistics.median(v) for k, v in figures.items()}
     print(f"\n{args.model}, {args.tokens} tokens a client, {args.runs} runs (medians, tok/s):")
     for k, v in med.items():
