@@ -21,7 +21,7 @@ part of CI. Then, printing each figure with the command behind it (`--parts` pic
 4. decode against the bandwidth limit: bytes of weights one token reads, from the file's own
    tensor table (the active experts' share of the routed experts, every other tensor whole,
    one row of the token embeddings), against the copy bandwidth the probe measures
-   (`pocketchat.select.bandwidth.measure_gbps`);
+   (`pocketchat.select.bandwidth.measure_gbps`, with the probe's threads);
 5. memory: peak RssAnon and RssFile of the process that holds the model (/proc/PID/status,
    sampled every 0.2 s), and what decoding really touches: after the load the bare loop
    clears its pages' referenced bits (/proc/self/clear_refs), runs pp512 + tg128 and sums
@@ -514,11 +514,13 @@ def the_plan(ses: Session) -> None:
 
 
 def bandwidth(ses: Session) -> None:
-    from pocketchat.select.bandwidth import measure_gbps
+    import psutil
+
+    from pocketchat.select.bandwidth import copy_threads, measure_gbps
 
     print("\n== bandwidth and bytes per token")
     per_token, parts = bytes_per_token(ses.path)
-    ses.gbps = measure_gbps()
+    ses.gbps = measure_gbps(threads=copy_threads(psutil.cpu_count(logical=False) or 1))
     ses.limit = ses.gbps * GB / per_token
     ses.figures.update(bytes_per_token=per_token, bytes_per_token_parts=parts, bandwidth_gbps=ses.gbps,
                        bandwidth_limit_tok_s=ses.limit)

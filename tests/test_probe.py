@@ -119,3 +119,18 @@ def test_apple_metal_budget_fallback():
     G = 1024**3
     assert probe.apple_metal_budget(18 * G) == 12 * G
     assert probe.apple_metal_budget(64 * G) == 48 * G
+
+
+def test_bandwidth_is_copied_by_the_cores_together_and_cached_per_thread_count(isolated_env,
+                                                                            monkeypatch):
+    from pocketchat.select import bandwidth
+
+    seen: list[int] = []
+    monkeypatch.setattr(bandwidth, "measure_gbps",
+                        lambda *a, threads=1, **k: seen.append(threads) or 10.0 * threads)
+    notes: list[str] = []
+    assert bandwidth.cached_bandwidth("cpu", 8 << 30, notes, physical_cores=4) == 40.0
+    assert bandwidth.cached_bandwidth("cpu", 8 << 30, notes, physical_cores=4) == 40.0
+    assert bandwidth.cached_bandwidth("cpu", 8 << 30, notes, physical_cores=64) == 80.0
+    assert seen == [4, 8]  # measured once per thread count, at most MAX_THREADS
+

@@ -53,8 +53,9 @@ POCKET_EMBD = 2048
 
 # Speed calibration. CPU decoding is bandwidth-bound: the published CPU figures (Xeon IQ1_M
 # 27 tok/s, AMD mini-PC Q2_K 20 tok/s, M3 Pro CPU Q2_K 19.5 tok/s) all read about 20 GB/s of
-# weights, roughly half a measured copy bandwidth; DESIGN.md's 75 tok/s for SmolLM2 (98 MB) on the
-# 2-core dev machine reads 7.4 GB/s of a 14.3 GB/s copy figure (0.51).
+# weights, roughly half a measured copy bandwidth (the probe copies with the machine's cores
+# together, `bandwidth.measure_gbps`: on the 2-core dev machine 31 GB/s, where two threads
+# decode the full-size POCKET Q2_K at 15 GB/s, 0.49; one core alone copies 22).
 # What one core can read caps a plan with few threads. Apple's (M3 Pro CPU, 8 threads, Q2_K:
 # 19.5 tok/s) is about 4 GB/s; an x86 core reads more: on the 2-core dev machine (AMD EPYC,
 # Zen 4) one thread decodes the full-size POCKET Q2_K (1.47 GB a token) at 6.6 tok/s, 9.7 GB/s,

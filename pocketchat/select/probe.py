@@ -38,7 +38,7 @@ def detect(*, disk_path: Path | None = None, measure_bandwidth: bool = True) -> 
     if measure_bandwidth:
         from pocketchat.select.bandwidth import cached_bandwidth
 
-        bandwidth = cached_bandwidth(_cpu_name(os_name), vm.total, notes)
+        bandwidth = cached_bandwidth(_cpu_name(os_name), vm.total, notes, physical)
     return HardwareProfile(
         os=os_name,
         arch=arch,
