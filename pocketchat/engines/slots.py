@@ -27,7 +27,7 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Sequence
 
 from pocketchat.errors import EngineError
@@ -257,7 +257,7 @@ class Slots:
     def __init__(self, engines: Sequence[Any]) -> None:
         self.engines = list(engines)
         first = self.engines[0]
-        self.info: EngineInfo = first.info
+        self.info: EngineInfo = replace(first.info, sequences=len(self.engines))
         self.plan = first.plan
         self.n_ctx = first.n_ctx
         self._lock = threading.Condition(threading.Lock())
