@@ -1,22 +1,22 @@
 """Several MLX sequences decoded together: their caches merged into one batch, one MLX thread.
 
-`MlxBatch` owns the merged caches of one model's sequences; all their MLX work runs on one
-thread (`MlxThread`, `call`). MLX binds a stream to the thread that made it: an array built
-lazily in one thread cannot be evaluated in another, and each new thread that computes gets a
-stream of its own that is never freed. The sequences answer in threads of their own (one per
-request), so their model calls, cache operations and sampling all go to that thread, in turn.
-It is one thread for the whole process and never ends: when a thread that ran MLX ends, MLX
-frees its thread-local compile cache, which takes the GIL, and a thread ending while Python
-exits aborts the process (measured: `terminate called without an active exception`).
+`MlxBatch` holds the merged caches of one model's decoding sequences (mlx-lm's `BatchKVCache`,
+`ArraysCache` with a batch axis; `merge`, `extend`, `extract`, `filter`) and which sequence's
+state (`cache.MlxState`) each row is. `decode(states, tokens)` feeds one token to each state in
+one model call ([B, 1]): rows whose sequence is not in this step leave first (their caches
+extracted back into their states), states not in the batch join it (their caches lent and
+merged), then the model runs once and each state gets its row of the logits. A state in the
+batch is lent: reading its `layers` takes its row back (`give_back`), setting them drops the
+row (`drop`).
 
-The batch:
-- the merged caches (mlx-lm's `BatchKVCache`, `ArraysCache` with a batch axis; `merge`,
-  `extend`, `extract`, `filter`) and which sequence's state (`cache.MlxState`) each row is.
-  `decode(states, tokens)` feeds one token to each state in one model call ([B, 1]): rows whose
-  sequence is not in this step leave first (their caches extracted back into their states),
-  states not in the batch join it (their caches lent and merged), then the model runs once and
-  each state gets its row of the logits. A state in the batch is lent: reading its `layers`
-  takes its row back (`give_back`), setting them drops the row (`drop`).
+All MLX work of the batched sequences runs on one thread (`MlxThread`; `MlxBatch.call`). MLX
+binds a stream to the thread that made it: an array built lazily in one thread cannot be
+evaluated in another, and each new thread that computes gets a stream of its own that is never
+freed. The sequences answer in threads of their own (one per request), so their model calls,
+cache operations and sampling all go to that thread, in turn. It is one thread for the whole
+process and never ends: when a thread that ran MLX ends, MLX frees its thread-local compile
+cache, which takes the GIL, and a thread ending while Python exits aborts the process
+(measured: `terminate called without an active exception`).
 
 `batchable(layers)` says whether a model's caches can be merged at all (None), or why not.
 """
@@ -30,6 +30,8 @@ from queue import SimpleQueue
 from typing import Any, Callable, Sequence
 
 from pocketchat.errors import EngineError
+
+CLEAR_EVERY = 256  # batch steps between two `mx.clear_cache()`
 
 
 def batchable(layers: Sequence[Any]) -> str | None:
@@ -47,6 +49,12 @@ def batchable(layers: Sequence[Any]) -> str | None:
         if not all(callable(getattr(merged, m, None)) for m in ("extract", "filter", "extend")):
             return f"its {kind} cache cannot be batched"
     return None
+
+
+def _wire() -> int | None:
+    from mlx_lm.utils import maybe_set_recommended_wired_limit
+
+    return maybe_set_recommended_wired_limit()
 
 
 class MlxThread:
@@ -108,6 +116,9 @@ class MlxBatch:
         self.max_rows = 0  # the most rows one call carried
         self._runner = MlxThread.shared()
         self._closed = False
+        # Metal: the model's memory wired while the engine lives (mlx-lm's generation loops do it
+        # per answer; None where the device names no recommended size, e.g. the CPU)
+        self._wired = self.call(_wire)
 
     def on_thread(self) -> bool:
         """Whether the caller is the MLX thread."""
@@ -126,9 +137,13 @@ class MlxBatch:
             self._closed = True
 
     def _forget(self) -> None:
+        import mlx.core as mx
+
         for state in self.rows:
             state.lender = None
         self.rows, self._layers, self._model = [], [], None
+        if self._wired is not None:
+            mx.set_wired_limit(self._wired)
 
     # -- the rows (on the MLX thread) --------------------------------------------------------
 
@@ -166,6 +181,8 @@ class MlxBatch:
             raise
         self.steps += 1
         self.max_rows = max(self.max_rows, len(self.rows))
+        if self.steps % CLEAR_EVERY == 0:  # as mlx-lm's loops: freed buffers back to the system
+            mx.clear_cache()
         return [logits[at[id(s)]: at[id(s)] + 1] for s in states]
 
     def _join(self, states: list[Any]) -> None:
