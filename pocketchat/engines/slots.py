@@ -129,11 +129,15 @@ class Batcher:
             return work.result
 
     def _due(self) -> bool:
-        if not self._pending:
+        # A finished work stays pending until its thread wakes up to take its result: it is
+        # not a submission (counted as one, the first thread back ran the next step alone).
+        live = [w for w in self._pending.values() if not w.finished]
+        if not live:
             return False
-        if all(seq in self._pending for seq in self._members):
+        if all(seq in self._pending and not self._pending[seq].finished
+               for seq in self._members):
             return True
-        oldest = min(w.since for w in self._pending.values())
+        oldest = min(w.since for w in live)
         return time.monotonic() - oldest >= self.wait
 
     def _compose(self) -> list[Part]:

@@ -435,13 +435,18 @@ class MlxEngine(EngineBase):
                 rows.append((engine, work.tokens[start]))
         if rows:
             logits = self._batch.decode([e.state for e, _ in rows], [t for _, t in rows])  # type: ignore[union-attr]
-            for (engine, token), row in zip(rows, logits):
-                engine._sampled = engine._sample_row(token, row)
+            sampled = [engine._sample_row(token, row) for (engine, token), row in zip(rows, logits)]
+            mx.eval(sampled)  # every row's token in one evaluation
+            for (engine, _), token in zip(rows, sampled):
+                chosen = int(token.item())
+                engine._sampled = (chosen, engine._control.logprob(chosen)
+                                   if engine._control else None)
         return 0
 
-    def _sample_row(self, fed: int, logits: Any) -> tuple[int, Any]:
-        """The next token from this sequence's logits row, after `fed` was fed: mlx-lm's
-        processors (over the prompt and answer so far) and sampler, as in its own loop."""
+    def _sample_row(self, fed: int, logits: Any) -> Any:
+        """The next token (an array, not yet evaluated) from this sequence's logits row, after
+        `fed` was fed: mlx-lm's processors (over the prompt and answer so far) and sampler, as
+        in its own loop."""
         mx = self._mx
         sampler, processors = self._samplers
         if processors:
@@ -450,8 +455,7 @@ class MlxEngine(EngineBase):
             for processor in processors:
                 logits = processor(tokens, logits)
         logprobs = logits - mx.logsumexp(logits, keepdims=True)
-        token = int(sampler(logprobs).item())
-        return token, (self._control.logprob(token) if self._control else None)
+        return sampler(logprobs)
 
     def _generate_batched(self, tokens: list[int], opts: ChatOptions, max_new: int
                           ) -> Iterator[Step]:
