@@ -6,7 +6,9 @@ so every figure sees the same load on the machine:
   one@p4    `pocketchat serve --parallel 4`, one client (the single user's cost of the batcher)
   four@p4   the same server, 4 concurrent clients, each --tokens tokens
   bare      llama-cpp-python alone: the 4 prompts in one batch, then --tokens steps decoding
-            the 4 sequences in one `llama_batch` (greedy), in this process
+            the 4 sequences in one `llama_batch` (greedy), in this process; on an MLX model
+            (`--model tiny-qwen35moe-mlx`, or a folder: the servers run `--backend mlx`),
+            mlx-lm's own `BatchGenerator` over the 4 prompts
 Clients are raw HTTP SSE readers asking for exactly --tokens tokens (ignore_eos); a figure is
 tokens / wall time from the requests to the last token (prompt included, for all four). It
 prints the medians and the ratios: four@p4 / bare (goal >= 0.9), four@p4 / one@p4 (goal >=
@@ -15,6 +17,7 @@ prints the medians and the ratios: four@p4 / bare (goal >= 0.9), four@p4 / one@p
     PYTHONPATH=. python benchmarks/bench_parallel.py [--model starter|PATH.gguf] [--runs 3]
     PYTHONPATH=. python benchmarks/bench_parallel.py --model tiny-qwen35moe   (writes it)
     PYTHONPATH=. python benchmarks/bench_parallel.py --model POCKET.gguf --sequential --tokens 64
+    PYTHONPATH=. python benchmarks/bench_parallel.py --model tiny-qwen35moe-mlx   (MLX, writes it)
 """
 
 from __future__ import annotations
@@ -139,7 +142,39 @@ class Bare:
         self.llm.close()
 
 
+class BareMlx:
+    """The 4 prompts through mlx-lm's own BatchGenerator (greedy), nothing else."""
+
+    def __init__(self, path: Path) -> None:
+        import mlx_lm
+
+        self.model, tok = mlx_lm.load(str(path))
+        self.prompts = [tok.apply_chat_template([{"role": "user", "content": p}],
+                                                add_generation_prompt=True) for p in PROMPTS]
+
+    def run(self, tokens: int) -> float:
+        from mlx_lm.generate import BatchGenerator
+
+        gen = BatchGenerator(self.model, stop_tokens=[])
+        start = time.monotonic()
+        gen.insert(self.prompts, max_tokens=[tokens] * len(self.prompts))
+        done = 0
+        while done < len(self.prompts):
+            _, answers = gen.next()
+            done += sum(1 for a in answers if a.finish_reason is not None)
+        gen.close()
+        return len(self.prompts) * tokens / (time.monotonic() - start)
+
+    def close(self) -> None:
+        self.model = None
+
+
 def model_path(spec: str, tmp: Path) -> tuple[str, Path]:
+    if spec == "tiny-qwen35moe-mlx":
+        from support.mlx_fixture import write_tiny_qwen35_moe
+
+        path = write_tiny_qwen35_moe(tmp / "tiny-qwen35moe-mlx")
+        return str(path), path
     if spec == "tiny-qwen35moe":
         from support.tinyqwen35 import QWEN35_TEMPLATE, write_tiny_qwen35moe
 
@@ -173,7 +208,9 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-parallel-"))
     spec, path = model_path(args.model, tmp)
     MODEL[0] = spec
-    common = ["--model", spec, "--ctx", str(args.ctx), "--queue", "8"]
+    mlx = path.is_dir()
+    common = ["--model", spec, "--ctx", str(args.ctx), "--queue", "8",
+              *(["--backend", "mlx"] if mlx else [])]
     for n in (1, 4):
         (tmp / f"p{n}").mkdir()
     figures: dict[str, list[float]] = {"one@p1": [], "one@p4": [], "four@p4": [], "bare": []}
@@ -186,7 +223,7 @@ def main() -> int:
     try:
         for srv in servers.values():
             srv.wait_ready(300)
-        bare = Bare(path, args.ctx, args.threads)
+        bare = BareMlx(path) if mlx else Bare(path, args.ctx, args.threads)
         for srv in servers.values():  # warm-up: pages in, first-request costs
             clients(srv.url, 1, 8)
         bare.run(8)
@@ -232,7 +269,7 @@ def sequential(args: argparse.Namespace, path: Path, common: list[str], tmp: Pat
                     ttfts.extend(t)
             finally:
                 srv.stop()
-        bare = Bare(path, args.ctx, args.threads)
+        bare = BareMlx(path) if path.is_dir() else Bare(path, args.ctx, args.threads)
         try:
             bare.run(8)
             time.sleep(PAUSE)

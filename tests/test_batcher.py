@@ -141,9 +141,11 @@ def test_a_work_cancelled_while_it_waits_for_company_leaves_when_woken():
     time.sleep(0.05)
     cancel.set()
     batcher.wake()
-    t.join(5)
+    t.join(2)
+    left = raised[:]
     batcher.close()
-    assert raised == [True] and rec.steps == []
+    t.join(5)
+    assert left == [True] and rec.steps == []
 
 
 def test_a_failed_step_is_the_submitters_error_and_the_batcher_goes_on():
@@ -154,3 +156,27 @@ def test_a_failed_step_is_the_submitters_error_and_the_batcher_goes_on():
             batcher.decode(Work(0, [1], 0))
         assert batcher.decode(Work(0, [1], 0, sample=lambda i: "next")) == "next"
     batcher.close()
+
+
+def test_a_cancelled_work_leaves_without_a_wake_when_its_step_comes_due():
+    rec = Recorder()
+    batcher = Batcher(rec, 64, wait=0.05)
+    cancel = threading.Event()
+    raised = []
+
+    def run() -> None:
+        with batcher.member(0), batcher.member(1):  # seq 1 never submits: the step waits 50 ms
+            try:
+                batcher.decode(Work(0, [1], 0, cancel=cancel))
+            except StepCancelled:
+                raised.append(True)
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(0.01)
+    cancel.set()  # no wake(): the due step finds nothing to run and wakes the submitter
+    t.join(2)
+    left = raised[:]
+    batcher.close()
+    t.join(5)
+    assert left == [True] and rec.steps == []

@@ -138,6 +138,9 @@ def _serve(args: argparse.Namespace, choice, sock: socket.socket, api_key: str |
     def on_state(host: EngineHost) -> None:
         if host.state == "ready":
             what = "restarted after a crash" if host.restarts else "ready"
+            info["meta"]["parallel"] = host.slots  # fewer when the engine cannot batch this model
+            if host.one_at_a_time and not host.restarts:
+                print(one_line(host.one_at_a_time), file=sys.stderr, flush=True)
             print(one_line(f"{what}: {name} at {url} (Ctrl-C to stop)"), file=sys.stderr, flush=True)
         elif host.state == "error" and host.error is not None and not host.restarts:
             failed.append(host.error)  # the first load failed: nothing to serve
@@ -145,10 +148,8 @@ def _serve(args: argparse.Namespace, choice, sock: socket.socket, api_key: str |
                 server.should_exit = True
 
     choice = with_parallel(choice, args.parallel)
-    slots = choice.plan.parallel
-    one = None if choice.plan.backend == "llama.cpp" else f"{choice.plan.backend} answers one at a time"
     host = EngineHost(lambda: api.open_session(choice).engine, queue_size=args.queue,
-                      slots=slots if one is None else 1, one_at_a_time=one, on_state=on_state)
+                      slots=choice.plan.parallel, on_state=on_state)
     aliases = [a for a in (args.model, choice.label) if a and a != name]
     info = {"max_model_len": choice.plan.n_ctx,
             "meta": {"backend": choice.plan.backend, "placement": choice.plan.describe(),

@@ -54,9 +54,11 @@ def make_backend(plan: LoadPlan, path: Path, name: str | None,
         kwargs["on_progress"] = on_progress
     engine = cls(plan, path, **kwargs)
     if plan.parallel > 1 and hasattr(engine, "sequence_engines"):
-        from pocketchat.engines.slots import Slots
+        engines = engine.sequence_engines()  # one where the backend cannot batch this model
+        if len(engines) > 1:
+            from pocketchat.engines.slots import Slots
 
-        return Slots(engine.sequence_engines())
+            return Slots(engines)
     return engine
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Sequence
 
 from pocketchat.errors import EngineError
@@ -209,7 +209,8 @@ class Batcher:
         """Run one step (called with `_cond` held; released while decoding); False when
         there was nothing to run."""
         parts = self._compose()
-        if not parts:
+        if not parts:  # every pending work is cancelled: its submitter leaves when woken
+            self._cond.notify_all()
             return False
         self._running = True
         for w, _, _ in parts:
@@ -303,7 +304,7 @@ class Slots:
     def __init__(self, engines: Sequence[Any]) -> None:
         self.engines = list(engines)
         first = self.engines[0]
-        self.info: EngineInfo = first.info
+        self.info: EngineInfo = replace(first.info, sequences=len(self.engines))
         self.plan = first.plan
         self.n_ctx = first.n_ctx
         self._lock = threading.Condition(threading.Lock())

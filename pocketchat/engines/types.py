@@ -171,6 +171,8 @@ class EngineInfo:
     path: str = ""
     notes: tuple[str, ...] = ()  # things the user should know (e.g. a built-in chat template is used)
     thinking: bool | None = None  # whether the model thinks (<think>); None: not known
+    sequences: int = 1  # answers decoded together (serve --parallel N: `slots.Slots` has N)
+    parallel_note: str = ""  # why a plan's parallel N > 1 runs one at a time here ("" if not)
 
 
 @runtime_checkable

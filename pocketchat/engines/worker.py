@@ -11,9 +11,9 @@ Protocol (pickled tuples over one duplex pipe):
   child -> parent   ("progress", stage, fraction) | ("ready", EngineInfo)
                     | ("load_error", PocketchatError) | ("chunk", req, Chunk)
                     | ("result", req, value or PocketchatError)  (status: a dict)
-With a plan's `parallel` N > 1 (llama.cpp), up to N answers are in flight at once: a router
-thread reads the pipe and hands each request's messages to its own queue, and each answer
-(`WorkerAnswer`) can be cancelled alone.
+With a plan's `parallel` N > 1 (and an engine that decodes N together: `info.sequences`), up
+to N answers are in flight at once: a router thread reads the pipe and hands each request's
+messages to its own queue, and each answer (`WorkerAnswer`) can be cancelled alone.
 The child (`child.main`) coalesces deltas: it sends the first chunk of an answer at once (time
 to first token) and then at most one chunk every `chunk_interval` seconds (FLUSH_SECONDS, 30 ms,
 unless the owner asks for another), so the pipe costs the generation loop one small send per
@@ -151,7 +151,7 @@ class WorkerEngine:
         self._chat_lock = threading.Lock()
         self._req = 0
         self._current = 0
-        self.parallel = plan.parallel if plan.backend == "llama.cpp" else 1
+        self.parallel = plan.parallel  # what the loaded engine decodes together: set when ready
         self._routes: dict[int, queue.Queue] = {}
         self._router: threading.Thread | None = None
         self._finalizer = weakref.finalize(self, _reap, self._proc, self._conn)
@@ -215,6 +215,7 @@ class WorkerEngine:
                     self._on_progress(msg[1], msg[2])
             elif msg[0] == "ready":
                 self.info, self.ready, self.progress = msg[1], True, ("ready", 1.0)
+                self.parallel = max(1, int(getattr(self.info, "sequences", 1)))
             elif msg[0] == "load_error":
                 self._proc.join(5)
                 self._closed = True
@@ -238,6 +239,8 @@ class WorkerEngine:
 
     def _chat(self, messages: tuple[Message, ...] | str | tuple[int, ...], options: ChatOptions,
               kind: str = "chat") -> Iterator[Chunk]:
+        if self.parallel > 1 and not self._closed and not self.ready:
+            self.wait_ready()  # how many it answers at once is known once it is loaded
         if self.parallel > 1:
             return self._chat_shared(messages, options, kind)
         return self._chat_one(messages, options, kind)

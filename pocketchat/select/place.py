@@ -50,8 +50,9 @@ def sequences_that_fit(build: Build, budget: Budget, step: Step, fit: Fit, *,
     """How many sequences `serve` decodes together by default with this placement: 1 plus
     those whose KV cache, recurrent state and checkpoints (`MemoryNeed.per_sequence`) fit in
     what the placement leaves of its budget (less `taken`: the prompt cache's RAM), at most
-    `most`. One for MLX (it answers one at a
-    time), a pool, and a placement split between a GPU and RAM (its GPU share is full)."""
+    `most`. One for an MLX build (its checkpoints copy the whole cache, KV included, and a
+    batch pads each sequence's KV to the longest: not what this estimate counts; `--parallel N`
+    batches it), a pool, and a placement split between a GPU and RAM (its GPU share is full)."""
     if budget.pooled or fit.split is not None or build.format == "mlx" or not fit.fits:
         return 1
     profile = budget.machine

@@ -3,8 +3,10 @@
 `EngineHost` owns the engine (a `worker.WorkerEngine` in practice: the model runs in its own
 process, so the server's event loop never competes with it for the GIL) and the threads that
 open it and iterate its answers. Requests take turns through a FIFO semaphore of `slots`
-places (`serve --parallel N` on llama.cpp: N sequences decoded together; 1 otherwise, MLX
-included, which /health says); at most `queue_size` wait behind those that run, the next
+places (`serve --parallel N`: N sequences decoded together; the places are set when the engine
+has loaded, before any request takes one: fewer when it decodes fewer together, e.g. an MLX
+model whose caches cannot be batched, and /health says why); at most `queue_size` wait behind
+those that run, the next
 gets `ApiError` 429 with a Retry-After estimated from recent answers. `turn()` holds the engine for one request (its `n`
 answers run one after another); `Turn.answer()` and `generate()` are async context managers:
 whoever leaves one early (a client that went away) cancels the answer in the engine at once,
@@ -198,9 +200,24 @@ class EngineHost:
                 exc = PocketchatError(f"{type(exc).__name__}: {exc}")
             self._set("error", exc)
             raise load_failed(exc) from None
+        if self.restarts == 0:
+            self._fit_slots(self.engine)
         self._set("ready", None)
         self.refresh_status()
         return self.engine
+
+    def _fit_slots(self, engine: Engine) -> None:
+        """Fewer places when the loaded engine answers fewer at once than asked (its
+        `parallel`); called after the first load, before any request has taken a place."""
+        n = getattr(engine, "parallel", None)
+        if not isinstance(n, int) or not 1 <= n < self.slots:
+            return
+        info = getattr(engine, "info", None)
+        backend = getattr(info, "backend", "the engine")
+        self.one_at_a_time = (getattr(info, "parallel_note", "")
+                              or f"{backend} answers {n} at a time")
+        self.slots = n
+        self._turn = asyncio.Semaphore(n)
 
     def refresh_status(self) -> None:
         """Ask the engine for its live figures in the engine thread (after what runs there)."""
@@ -264,7 +281,10 @@ class EngineHost:
         assert self._turn is not None
         self.waiting += 1
         try:
-            await self._turn.acquire()
+            if self.engine is None and self.restarts == 0 and self.slots > 1:
+                await self._ensure()  # the first load sets the places (`_fit_slots`)
+            places = self._turn
+            await places.acquire()
         finally:
             self.waiting -= 1
         started = time.monotonic()
@@ -276,7 +296,7 @@ class EngineHost:
         finally:
             if turn.answers:
                 self._durations.append(time.monotonic() - started)
-            self._turn.release()
+            places.release()
 
     @asynccontextmanager
     async def generate(self, messages: tuple[Message, ...], options: ChatOptions
