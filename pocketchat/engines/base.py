@@ -63,6 +63,7 @@ from pocketchat.engines.constrain.tools import knows_tools, template_messages
 from pocketchat.engines.context import fit_messages, reply_reserve
 from pocketchat.engines.prefix_cache import PrefixCache, common_prefix
 from pocketchat.engines.prompt_cache import PromptCache
+from pocketchat.engines.slots import Batcher, StepCancelled, Work
 from pocketchat.engines.template import thinking_prompt
 from pocketchat.engines.thinking import CLOSE_TAG, OPEN_TAG
 from pocketchat.engines.types import (
@@ -199,6 +200,8 @@ class EngineBase:
     cache: PrefixCache
     plan: LoadPlan
     label = "engine"  # error prefix: "llama.cpp failed: ..."
+    _batcher: Batcher | None = None  # with a plan's `parallel` N > 1: the steps of the context
+    _seq = 0  # this engine's sequence of the context
     close_timeout: float | None = None  # None: close() waits for an answer in flight
     # What the chat template says about itself (set by `_load`).
     template_source: str = ""
@@ -249,6 +252,27 @@ class EngineBase:
         self._closed = False
         self._prepared = 0  # tokens evaluated after the previous answer, for the next one
         self._settled = False  # the state ends where the next prompt goes on (see _settle)
+
+    def _feed_batched(self, tokens: Sequence[int], sample: Callable[[int], Any] | None) -> Any:
+        """Decode `tokens` after `cache.tokens` in the batcher's steps (`slots.Batcher`, with a
+        plan's `parallel` N > 1), keeping `cache.tokens` what the context holds; the result of
+        `sample(batch_index)` on the last token. A cancel keeps the decoded part and raises
+        Cancelled; a failed step's part is dropped."""
+        cache = self.cache
+        work = Work(self._seq, list(tokens), len(cache.tokens), sample=sample,
+                    cancel=self._cancel)
+        try:
+            result = self._batcher.decode(work)  # type: ignore[union-attr]
+        except StepCancelled:
+            cache.tokens.extend(work.tokens[: work.done])
+            raise Cancelled from None
+        except BaseException:
+            base = len(cache.tokens)
+            cache.tokens.extend(work.tokens[: work.done])
+            cache.truncate(base + work.done)  # drop what the failed step left
+            raise
+        cache.tokens.extend(work.tokens)
+        return result
 
     # -- Engine -----------------------------------------------------------------------------
 

@@ -88,7 +88,6 @@ class Batcher:
         self._cond = threading.Condition(threading.Lock())
         self._members: dict[int, int] = {}  # seq -> nesting depth
         self._pending: dict[int, Work] = {}
-        self._running = False
         self._closed = False
         self._thread: threading.Thread | None = None
         self._ended = 0.0  # when the last step ended (monotonic)
@@ -108,11 +107,6 @@ class Batcher:
                 if depth > 0:
                     self._members[seq] = depth
                 self._cond.notify_all()
-
-    def active(self) -> int:
-        """The sequences in a step's company now."""
-        with self._cond:
-            return len(set(self._members) | set(self._pending))
 
     def decode(self, work: Work) -> Any:
         """Decode `work` (in one or several steps); its `sample` result. Raises StepCancelled
@@ -212,7 +206,6 @@ class Batcher:
         if not parts:  # every pending work is cancelled: its submitter leaves when woken
             self._cond.notify_all()
             return False
-        self._running = True
         for w, _, _ in parts:
             w.in_step = True
         self._cond.release()
@@ -239,7 +232,6 @@ class Batcher:
                     w.finished = True
         finally:
             self._cond.acquire()
-            self._running = False
             self._ended = time.monotonic()
             self.steps += 1
             self.max_width = max(self.max_width, len(parts))

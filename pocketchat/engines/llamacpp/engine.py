@@ -44,7 +44,7 @@ from pocketchat.engines.constrain.control import TokenControl
 from pocketchat.engines.llamacpp.load import ProgressFn, load_llama
 from pocketchat.engines.llamacpp.state import LlamaState
 from pocketchat.engines.prefix_cache import PrefixCache
-from pocketchat.engines.slots import Batcher, Part, StepCancelled, Work
+from pocketchat.engines.slots import Batcher, Part
 from pocketchat.engines.template import template_for
 from pocketchat.engines.thinking import CLOSE_TAG, OPEN_TAG
 from pocketchat.engines.types import ChatOptions, EngineInfo
@@ -269,23 +269,10 @@ class LlamaCppEngine(EngineBase):
     def _decode_shared(self, tokens: Sequence[int], sample: bool = False) -> Any:
         """`_decode` through the batcher, sampling the last token's logits when `sample`;
         the sampled token and its logprob."""
-        cache = self.cache
         if not tokens:
             return None
-        work = Work(self._seq, list(tokens), len(cache.tokens),
-                    sample=self._sample_at if sample else None, cancel=self._cancel)
-        try:
-            result = self._batcher.decode(work)  # type: ignore[union-attr]
-        except StepCancelled:
-            cache.tokens.extend(work.tokens[: work.done])
-            raise Cancelled from None
-        except BaseException:
-            base = len(cache.tokens)
-            cache.tokens.extend(work.tokens[: work.done])
-            cache.truncate(base + work.done)  # drop what the failed step left
-            raise
-        cache.tokens.extend(work.tokens)
-        self._own[0] += len(work.tokens)
+        result = self._feed_batched(tokens, self._sample_at if sample else None)
+        self._own[0] += len(tokens)
         return result
 
     def _run_step(self, parts: list[Part]) -> int:

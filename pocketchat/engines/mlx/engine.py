@@ -62,7 +62,7 @@ from pocketchat.engines.mlx.model import (
     kv_cache_bytes,
 )
 from pocketchat.engines.prefix_cache import PrefixCache
-from pocketchat.engines.slots import Batcher, Part, StepCancelled, Work
+from pocketchat.engines.slots import Batcher, Part
 from pocketchat.engines.template import CHATML
 from pocketchat.engines.types import ChatOptions, EngineInfo
 
@@ -397,23 +397,10 @@ class MlxEngine(EngineBase):
     def _feed(self, tokens: Sequence[int], sample: bool = False) -> Any:
         """Feed `tokens` to this sequence's cache in the batcher's steps; with `sample`, the
         (token, logprob) sampled from the last one's logits."""
-        cache = self.cache
         if not tokens:
             return None
-        work = Work(self._seq, list(tokens), len(cache.tokens),
-                    sample=self._take_sampled if sample else None, cancel=self._cancel)
-        try:
-            result = self._batcher.decode(work)  # type: ignore[union-attr]
-        except StepCancelled:
-            cache.tokens.extend(work.tokens[: work.done])
-            raise Cancelled from None
-        except BaseException:
-            base = len(cache.tokens)
-            cache.tokens.extend(work.tokens[: work.done])
-            cache.truncate(base + work.done)
-            raise
-        cache.tokens.extend(work.tokens)
-        self._fed[0] += len(work.tokens)
+        result = self._feed_batched(tokens, self._take_sampled if sample else None)
+        self._fed[0] += len(tokens)
         return result
 
     def _take_sampled(self, _index: int) -> tuple[int, Any]:
