@@ -221,25 +221,13 @@ def test_sixteen_streams_with_disconnects_free_every_sequence_and_memory(tmp_pat
 def test_the_host_runs_n_answers_at_once_queues_the_rest_and_health_shows_both():
     import asyncio
 
-    from pocketchat.engines.types import Chunk, Stats
+    from support.scripted_engine import HeldEngine
     from pocketchat.server.host import EngineHost
 
     release = threading.Event()
 
-    class Held:  # answers hold after their first chunk until released
-        def chat(self, messages, options):
-            yield Chunk(text="a")
-            release.wait(30)
-            yield Chunk(stats=Stats(), finish_reason="stop")
-
-        def cancel(self):
-            release.set()
-
-        def close(self):
-            pass
-
     async def main() -> list[dict]:
-        host = EngineHost(Held, slots=2, queue_size=4)
+        host = EngineHost(lambda: HeldEngine(release), slots=2, queue_size=4)
         await host.start()
         seen = [host.health()]
 

@@ -226,30 +226,18 @@ def test_caches_that_cannot_be_merged_answer_one_at_a_time_and_say_why(monkeypat
 def test_the_host_takes_the_engines_own_count_and_health_says_why():
     import asyncio
 
-    from pocketchat.engines.types import Chunk, Stats
+    from support.scripted_engine import HeldEngine
     from pocketchat.server.host import EngineHost
 
     release = threading.Event()
     note = "mlx answers one at a time with this model: its QuantizedKVCache cache cannot be batched"
 
-    class OneAtATime:  # what WorkerEngine says of an MLX model it cannot batch
-        parallel = 1
-        info = EngineInfo(backend="mlx", model="m", placement="CPU", n_ctx=512,
-                          parallel_note=note)
-
-        def chat(self, messages, options):
-            yield Chunk(text="a")
-            release.wait(30)
-            yield Chunk(stats=Stats(), finish_reason="stop")
-
-        def cancel(self):
-            release.set()
-
-        def close(self):
-            pass
+    info = EngineInfo(backend="mlx", model="m", placement="CPU", n_ctx=512, parallel_note=note)
+    # what WorkerEngine says of an MLX model it cannot batch
+    one_at_a_time = lambda: HeldEngine(release, parallel=1, info=info)  # noqa: E731
 
     async def main() -> tuple[dict, int]:
-        host = EngineHost(OneAtATime, slots=4, queue_size=4)
+        host = EngineHost(one_at_a_time, slots=4, queue_size=4)
         await host.start()
 
         async def one() -> str:

@@ -135,3 +135,28 @@ class Factory:
         engine.closed = False
         self.started.append(engine)
         return engine
+
+
+class HeldEngine:
+    """A fake for the server's host: each answer holds after its first chunk until `release`
+    is set (cancel sets it); `parallel` and `info`, when given, are what a WorkerEngine says."""
+
+    def __init__(self, release: threading.Event, *, parallel: int | None = None,
+                 info: EngineInfo | None = None) -> None:
+        self.release = release
+        if parallel is not None:
+            self.parallel = parallel
+        if info is not None:
+            self.info = info
+
+    def chat(self, messages: Sequence[Message], options: ChatOptions | None = None
+             ) -> Iterator[Chunk]:
+        yield Chunk(text="a")
+        self.release.wait(30)
+        yield Chunk(stats=Stats(), finish_reason="stop")
+
+    def cancel(self) -> None:
+        self.release.set()
+
+    def close(self) -> None:
+        pass
