@@ -8,8 +8,8 @@ seconds from the first token to the last; prompt tok/s from llama.cpp's counters
   pocketchat  WorkerEngine (child process, coalesced chunks over a pipe), the plan's settings
   bare        llama_cpp.Llama with the same settings, `for tok in llm.generate(...)`, same sampler
   defaults    llama_cpp.Llama(model_path) with its defaults (n_threads = cores // 2, n_ctx 512)
-Goal: pocketchat / bare >= 0.98.  The AMX weight-buffer workaround (llama.cpp#20824) applies to
-all three on machines that offer AMX, or the bare runs would crash there.
+Goal: pocketchat / bare >= 0.98.  The engine's guards (engines/llamacpp/load.new_llama: the AMX
+weight-buffer workaround, llama.cpp#20824) apply to all three, or the bare runs would crash there.
 """
 
 from __future__ import annotations
@@ -48,19 +48,10 @@ def pocketchat_once(eng, i: int, n_gen: int) -> float:
 
 
 def _llama(path: Path, **kwargs):
-    import llama_cpp
+    """llama-cpp-python's own `Llama` with the engine's guards (AMX) and nothing else of ours."""
+    from pocketchat.engines.llamacpp.load import new_llama
 
-    from pocketchat.engines.llamacpp import moe
-    from pocketchat.engines.llamacpp.load import model_params_hook
-
-    amx = "AMX" in moe.cpu_extra_buffer_types()
-
-    def setup(params):
-        if amx:
-            params.use_extra_bufts = False
-
-    with model_params_hook(setup):
-        return llama_cpp.Llama(model_path=str(path), verbose=False, **kwargs)
+    return new_llama(path, **kwargs)
 
 
 def bare_once(llm, i: int, n_gen: int, sampling) -> float:

@@ -30,6 +30,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from pocketchat.commands.bench import WORDS  # noqa: E402
 from pocketchat.engines.llamacpp.engine import LlamaCppEngine, _counted  # noqa: E402
+from pocketchat.engines.llamacpp.load import new_llama  # noqa: E402
 from pocketchat.engines.types import ChatOptions, Message  # noqa: E402
 from pocketchat.types import LoadPlan  # noqa: E402
 
@@ -84,15 +85,11 @@ def llama_cpp_turn(llm, messages: list[Message]) -> tuple[int, float]:
 
 
 def bench_model(name: str, path: Path, turns: int, threads: int) -> list[dict]:
-    import llama_cpp
-
     plan = LoadPlan(backend="llama.cpp", placement="cpu", n_gpu_layers=0, n_ctx=4096,
                     n_threads=threads, n_threads_batch=threads)
     eng = LlamaCppEngine(plan, path, name=name)
-    llm = llama_cpp.Llama(str(path), n_ctx=4096, n_threads=threads, n_threads_batch=threads,
-                          n_gpu_layers=0, verbose=False)
-    bare = llama_cpp.Llama(str(path), n_ctx=4096, n_threads=threads, n_threads_batch=threads,
-                           n_gpu_layers=0, verbose=False)
+    llm = new_llama(path, n_ctx=4096, n_threads=threads, n_threads_batch=threads, n_gpu_layers=0)
+    bare = new_llama(path, n_ctx=4096, n_threads=threads, n_threads_batch=threads, n_gpu_layers=0)
     rng = random.Random(7)
     per_word = 1.5 if name == "starter" else 6.5  # byte-level vocabulary: ~6.5 tokens a word
     messages: list[Message] = []

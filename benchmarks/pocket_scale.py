@@ -15,7 +15,8 @@ part of CI. Then, printing each figure with the command behind it (`--parts` pic
    root; `--no-cold` skips it) and warm, for pocketchat's worker and bare llama-cpp-python;
 3. pp512 and tg128, `--rounds` times alternating: `pocketchat bench -p 512 -n 128 -r 1`
    (the worker, as users run it) and a bare llama-cpp-python loop on the same file with the
-   plan's threads, batch, n_ctx and flash-attention setting (llama.cpp's own counters for
+   plan's threads, batch, n_ctx and flash-attention setting and the engine's guards only
+   (`new_llama`: AMX, or the bare loop crashes where the worker does not; llama.cpp's own counters for
    both); medians, and the bare decode with 1 thread against all; and ("quiet") bursts of
    bare decode in the moments the other processes leave the CPU alone (a shared machine);
 4. decode against the bandwidth limit: bytes of weights one token reads, from the file's own
@@ -68,18 +69,14 @@ KiB = 1024
 # -- the child processes -------------------------------------------------------------------
 
 
-def without_repack() -> None:
-    """llama.cpp's --no-repack for the `Llama` made after this (it does not expose use_extra_bufts)."""
-    import llama_cpp.llama as llama_module
+def bare_llama(cfg: dict):
+    """The bare anchor's model: llama-cpp-python's `Llama` with the engine's guards (AMX) and
+    nothing else of pocketchat's; `no_repack` is llama.cpp's --no-repack."""
+    from pocketchat.engines.llamacpp.load import new_llama
 
-    default_params = llama_module.llama_cpp.llama_model_default_params
-
-    def params():
-        p = default_params()
-        p.use_extra_bufts = False
-        return p
-
-    llama_module.llama_cpp.llama_model_default_params = params
+    return new_llama(cfg["path"], repack=not cfg.get("no_repack"), n_ctx=cfg["n_ctx"],
+                     n_batch=cfg["n_batch"], n_ubatch=cfg["n_batch"], n_threads=cfg["threads"],
+                     n_threads_batch=cfg["threads_batch"], flash_attn=cfg["flash_attn"], use_mmap=True)
 
 
 def child_bare(cfg: dict) -> None:
@@ -93,13 +90,8 @@ def child_bare(cfg: dict) -> None:
     def emit(**kv) -> None:
         print(json.dumps(kv), flush=True)
 
-    if cfg.get("no_repack"):
-        without_repack()
     t0 = time.perf_counter()
-    llm = llama_cpp.Llama(
-        model_path=cfg["path"], n_ctx=cfg["n_ctx"], n_batch=cfg["n_batch"], n_ubatch=cfg["n_batch"],
-        n_threads=cfg["threads"], n_threads_batch=cfg["threads_batch"], flash_attn=cfg["flash_attn"],
-        use_mmap=True, verbose=False)
+    llm = bare_llama(cfg)
     emit(event="loaded", load_s=time.perf_counter() - t0, status=proc_status(os.getpid()))
     if cfg.get("load_only"):
         return
@@ -160,11 +152,7 @@ def child_quiet(cfg: dict) -> None:
     import llama_cpp
     import numpy as np
 
-    if cfg.get("no_repack"):
-        without_repack()
-    llm = llama_cpp.Llama(model_path=cfg["path"], n_ctx=cfg["n_ctx"], n_batch=cfg["n_batch"],
-                          n_ubatch=cfg["n_batch"], n_threads=cfg["threads"], n_threads_batch=cfg["threads_batch"],
-                          flash_attn=cfg["flash_attn"], use_mmap=True, verbose=False)
+    llm = bare_llama(cfg)
     ctx, n_vocab = llm._ctx.ctx, llm.n_vocab()
     rng = np.random.default_rng(0)
     deadline = time.monotonic() + 60 * cfg["minutes"]

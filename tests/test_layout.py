@@ -107,3 +107,42 @@ def test_no_import_cycle_among_pocketchat_modules():
         if state[v] == 0:
             cycle = visit(v)
             assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+TREE = ROOT.parent
+LLAMA_OWNER = ROOT / "engines" / "llamacpp" / "load.py"  # new_llama: the engine's guards (AMX)
+
+
+def llama_calls(path: Path) -> list[int]:
+    """The lines of `path` that call a `Llama(...)` constructor (`Llama(`, `llama_cpp.Llama(`,
+    any alias's `.Llama(`), or bind a name to it (`from llama_cpp import Llama as L`)."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if (isinstance(func, ast.Name) and func.id == "Llama") or (
+                    isinstance(func, ast.Attribute) and func.attr == "Llama"):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("llama_cpp"):
+            lines += [node.lineno for a in node.names if a.name == "Llama" and a.asname]
+    return lines
+
+
+def test_one_way_to_build_a_llama_cpp_model():
+    """Only `engines/llamacpp/load.new_llama` calls `Llama(`: tests and benchmarks build their
+    reference and bare-anchor models through it, so they carry the engine's guards (a bare
+    `Llama` dies of SIGILL on an AMX machine: ggml-org/llama.cpp#20824)."""
+    files = [p for d in ("pocketchat", "tests", "benchmarks") for p in (TREE / d).rglob("*.py")]
+    assert LLAMA_OWNER in files and len(files) > 100
+    wrong = [f"{p.relative_to(TREE)}:{n}" for p in files if p != LLAMA_OWNER for n in llama_calls(p)]
+    assert not wrong, ("build llama.cpp models with pocketchat.engines.llamacpp.load.new_llama, "
+                       "not Llama(...):\n" + "\n".join(wrong))
+    assert len(llama_calls(LLAMA_OWNER)) == 1  # new_llama itself
+
+
+def test_the_llama_call_finder_sees_every_spelling(tmp_path):
+    src = tmp_path / "x.py"
+    src.write_text("import llama_cpp\nfrom llama_cpp import Llama as L\n"
+                   "a = llama_cpp.Llama('m')\nb = Llama('m')\nc = llama_cpp.llama.Llama(model_path='m')\n"
+                   "s = 'Llama(' # Llama(\n")
+    assert sorted(llama_calls(src)) == [2, 3, 4, 5]

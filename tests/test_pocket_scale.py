@@ -101,10 +101,13 @@ def small_q2k(tmp_path_factory) -> Path:
 
 
 def _run(path: Path) -> np.ndarray:
-    """llama.cpp (stock llama-cpp-python) loads the file and evaluates a prompt; its last logits."""
+    """llama.cpp (llama-cpp-python with the engine's guards) loads the file and evaluates a prompt;
+    its last logits."""
     import llama_cpp
 
-    llm = llama_cpp.Llama(str(path), n_ctx=256, n_threads=2, n_batch=64, verbose=False)
+    from pocketchat.engines.llamacpp.load import new_llama
+
+    llm = new_llama(path, n_ctx=256, n_threads=2, n_batch=64)
     try:
         def last_logits() -> np.ndarray:
             ptr = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)

@@ -22,9 +22,10 @@ GREEDY = dict(temperature=0, extra_body={"ignore_eos": True, "repeat_penalty": 1
 @pytest.fixture(scope="module")
 def bare():
     """llama-cpp-python alone on the same file: what a raw continuation must be."""
+    from pocketchat.engines.llamacpp.load import new_llama
     from pocketchat.store.starter import starter_path
 
-    llm = llama_cpp.Llama(str(starter_path()), n_ctx=1024, verbose=False)
+    llm = new_llama(starter_path(), n_ctx=1024)
     yield llm
     llm.close()
 

@@ -205,14 +205,13 @@ def test_llamacpp_logprobs_stream(client, model):
 
 
 def test_llamacpp_logit_bias(client, model):
-    from llama_cpp import Llama
-
+    from pocketchat.engines.llamacpp.load import new_llama
     from pocketchat.store.starter import starter_path
 
     exclude = ["i", "I", "the", "The", "to", "a", "an", "be", "is", "was", "but", "But", "and",
                "And", "so", "So", "you", "You", "he", "He", "she", "She", "we", "We", "they",
                "They", "it", "It", "his", "His", "her", "Her", "book", "Book"]
-    vocab = Llama(str(starter_path()), n_ctx=64, vocab_only=True, verbose=False)
+    vocab = new_llama(starter_path(), n_ctx=64, vocab_only=True)
     tokens = vocab.tokenize((" " + " ".join(exclude) + " ").encode(), add_bos=False)
     res = client.chat.completions.create(model=model, temperature=0.0, messages=BOOK, max_tokens=64,
                                          logit_bias={str(t): -100 for t in tokens})
@@ -290,11 +289,10 @@ def test_llamacpp_long_prompt_is_refused(server, model):
 
 
 def test_llamacpp_completion_with_tokens_input(client, model):
-    from llama_cpp import Llama
-
+    from pocketchat.engines.llamacpp.load import new_llama
     from pocketchat.store.starter import starter_path
 
-    vocab = Llama(str(starter_path()), n_ctx=64, vocab_only=True, verbose=False)
+    vocab = new_llama(starter_path(), n_ctx=64, vocab_only=True)
     tokens = vocab.tokenize(LIFE.encode(), add_bos=True, special=True)
     one = client.completions.create(model=model, prompt=tokens, temperature=0, max_tokens=8)
     text = client.completions.create(model=model, prompt=LIFE, temperature=0, max_tokens=8)

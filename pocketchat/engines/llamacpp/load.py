@@ -10,6 +10,11 @@
   a plan with `parallel` N gets N sequences, each with its own `n_ctx` cells: with
   `kv_unified` false llama.cpp gives each sequence `n_ctx / n_seq_max`, and a recurrent or
   hybrid model keeps one recurrent state per sequence).
+- `new_llama(path, **kwargs)`: THE one way anything in the tree (the engine, tests, benchmarks)
+  builds a `llama_cpp.Llama`: llama-cpp-python's own constructor with the engine's guards on its
+  model params (`guard_model_params`: today AMX). `tests/test_layout.py` fails on any other
+  `Llama(` call, so a bare benchmark anchor or a test's reference model cannot crash where the
+  engine does not.
 - `load_llama(plan, path, ...)`: all of the above, returning the `Llama` and what was applied.
 """
 
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import threading
 from collections import deque
 from dataclasses import dataclass, field
@@ -126,6 +132,49 @@ def context_params_hook(setup: Callable[[Any], None]) -> contextlib.AbstractCont
     return params_hook("llama_context_default_params", setup)
 
 
+@functools.lru_cache(maxsize=1)
+def amx_offered() -> bool:
+    """Whether this CPU backend offers llama.cpp's AMX weight buffers."""
+    return "AMX" in moe.cpu_extra_buffer_types()
+
+
+def guard_model_params(params: Any, *, repack: bool = True) -> None:
+    """The engine's guards on a `llama_model_params`, whoever builds the model.
+
+    AMX: llama.cpp's AMX weight buffers run a tile instruction on an invalid tile configuration
+    on Sapphire Rapids class machines (SIGILL or a segfault in ggml_backend_amx_mul_mat;
+    ggml-org/llama.cpp#20824, unfixed in 0.3.36). Where AMX is offered, no extra weight buffer
+    types: slower prompts (the CPU repack goes too; 3-5% of decode at POCKET's size), no crash.
+    `repack=False` is llama.cpp's `--no-repack` everywhere.
+    """
+    params.use_extra_bufts = bool(params.use_extra_bufts) and repack and not amx_offered()
+
+
+def new_llama(path: Path | str, *, repack: bool = True,
+              model_setup: Callable[[Any], None] | None = None,
+              context_setup: Callable[[Any], None] | None = None, **kwargs: Any) -> Any:
+    """A `llama_cpp.Llama(model_path=path, verbose=False, **kwargs)` with the engine's guards.
+
+    The only place in the tree that calls `Llama(`: tests and benchmarks build their reference
+    or bare-anchor models here too, so they carry the same guards and nothing else of
+    pocketchat's. `model_setup` / `context_setup` see the params `Llama()` builds (fields it has
+    no argument for); the guards are applied after `model_setup`, so it cannot undo them.
+    """
+    llama_cpp = import_llama()
+
+    def setup(params: Any) -> None:
+        if model_setup is not None:
+            model_setup(params)
+        guard_model_params(params, repack=repack)
+
+    kwargs.setdefault("verbose", False)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(model_params_hook(setup))
+        if context_setup is not None:
+            stack.enter_context(context_params_hook(context_setup))
+        return llama_cpp.Llama(model_path=str(path), **kwargs)
+
+
 @dataclass
 class Loaded:
     llm: Any
@@ -155,14 +204,9 @@ def load_llama(plan: LoadPlan, path: Path, info: GGUFInfo, *,
 
     progress_cb = llama_cpp.llama_progress_callback(progress)
 
-    # llama.cpp's AMX weight buffers crash in ggml_backend_amx_mul_mat on some Sapphire Rapids
-    # class machines (ggml-org/llama.cpp#20824, unfixed); this machine is one. Where AMX is
-    # offered, load without the extra weight buffer types: slower prompts, no segfault.
-    extra_bufts = "AMX" not in moe.cpu_extra_buffer_types()
     pool = _rpc_devices(plan)  # helpers' devices (rpc/client.py), kept alive with the model
 
     def setup(params: Any) -> None:
-        params.use_extra_bufts = extra_bufts and params.use_extra_bufts
         if pool is not None:
             params.devices = ctypes.addressof(pool)
         if overrides is not None:
@@ -178,10 +222,12 @@ def load_llama(plan: LoadPlan, path: Path, info: GGUFInfo, *,
             params.n_seq_max = seqs
             params.kv_unified = False  # each sequence its own n_ctx cells (llama-context.cpp)
 
-    with log.record() as lines, model_params_hook(setup), context_params_hook(setup_context):
+    with log.record() as lines:
         try:
-            llm = llama_cpp.Llama(
-                model_path=str(path),
+            llm = new_llama(
+                path,
+                model_setup=setup,
+                context_setup=setup_context,
                 n_gpu_layers=plan.n_gpu_layers,
                 use_mmap=plan.use_mmap,
                 n_ctx=n_ctx * seqs,
