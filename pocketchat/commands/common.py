@@ -106,9 +106,19 @@ def download_vet(sel: Selection, budget=None):
             raise UnsupportedModel(
                 f"{rm.name} is a {facts.arch!r} model, an architecture the installed llama.cpp "
                 f"cannot load; nothing was downloaded")
-        check_fits(facts, budget or sel.profile(), rm.name)
+        check_fits(facts, budget or _fit_profile(sel), rm.name)
 
     return vet
+
+
+def _fit_profile(sel: Selection) -> HardwareProfile:
+    """The machine as the fit check needs it: memory and devices, not the memory bandwidth
+    (a measurement of a second or two on a first run, with the download question waiting)."""
+    if sel.hardware is not None:
+        return sel.profile()
+    from pocketchat.select.probe import detect
+
+    return detect(measure_bandwidth=False)
 
 
 def trained_context(path: Path) -> int | None:

@@ -39,6 +39,7 @@ class DownloadOptions:
     backoff_s: float = 1.0  # first wait; doubles each retry
     backoff_max_s: float = 30.0
     report_interval_s: float = 0.1
+    header_timeout_s: float = 120.0  # the header read before a download, all of it (a few MB)
 
 
 # Called with (bytes of this file on disk now, phase, message).
