@@ -254,3 +254,28 @@ def test_a_header_that_trickles_in_shows_its_bytes_and_stops_with_the_rate(repos
     assert "faster network" in e.value.hint and "resume" not in e.value.hint
     assert len(set(heard)) > 3 and heard == sorted(heard)  # the bytes as they came
     assert repos.bytes_served < 1024 * 1024
+
+
+def test_a_named_model_not_on_disk_shows_the_probe_before_it_runs(repos, monkeypatch):
+    """`pocketchat -p ... --model REPO:QUANT`: the machine's probe (its memory bandwidth is
+    measured on a first run) comes before the model's checks; its step is on screen first."""
+    from pocketchat.commands.common import PROBE_STEP, choose_model
+    from pocketchat.errors import DownloadDeclined
+    from pocketchat.select import probe
+    from pocketchat.store.fetcher import HEADER_STEP, VET_STEP
+
+    seen: list[str] = []
+    real = probe.detect
+    monkeypatch.setattr(probe, "detect", lambda **k: (seen.append("probe"), real(**k))[1])
+    sel = Selection.from_args(cli._root_parser().parse_args(["--model", f"{NORMAL}:Q4_1"]))
+    with pytest.raises(DownloadDeclined):
+        choose_model(sel, confirm=lambda plan: seen.append("question") and False,
+                     progress=lambda p: seen.append(p.message))
+    steps = [s for i, s in enumerate(seen) if i == 0 or s != seen[i - 1]]
+    assert steps[:2] == [PROBE_STEP, "probe"], steps
+    assert steps[-3:] == [HEADER_STEP, VET_STEP, "question"], steps
+
+    seen.clear()  # a model on disk: no step (nothing will be asked)
+    choose_model(Selection.from_args(cli._root_parser().parse_args(["--model", "starter"])),
+                 progress=lambda p: seen.append(p.message))
+    assert PROBE_STEP not in seen

@@ -154,6 +154,8 @@ def choose_model(sel: Selection, *, confirm=None, progress=None) -> ModelChoice:
         from pocketchat.commands.pooling import helpers_for
 
         helpers = helpers_for(sel)
+    if spec is not None and progress is not None and not sel.offline:
+        _say_probe(spec, progress)
     budget = Budget(sel.profile(), helpers)
     if spec is None:
         return _recommended(sel, budget, confirm=confirm, progress=progress)
@@ -169,6 +171,21 @@ def choose_model(sel: Selection, *, confirm=None, progress=None) -> ModelChoice:
         name = path.name
     return ModelChoice(name=name, path=path, plan=_file_plan(sel, budget, path, name, starter=spec.starter),
                        starter=spec.starter)
+
+
+PROBE_STEP = "looking at this machine (memory, devices, speed) before checking the model"
+
+
+def _say_probe(spec, progress) -> None:
+    """Before the probe (a second or two on a first run): a step line when the model named
+    is not on disk, so a download question follows the probe (the terminal is never blank
+    before it)."""
+    from pocketchat.store import api as store
+    from pocketchat.store.types import DownloadProgress
+
+    if spec.local is not None or store.local_path(spec) is not None:
+        return
+    progress(DownloadProgress(spec.text, spec.text, "checking", 0, 0, message=PROBE_STEP))
 
 
 def _recommended(sel: Selection, budget, *, confirm=None, progress=None) -> ModelChoice:

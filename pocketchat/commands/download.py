@@ -160,16 +160,22 @@ def run(args: argparse.Namespace) -> int:
 
     sel = Selection.from_args(args)
     spec = args.spec
+    progress = TerminalProgress()
     if not spec:
         from pocketchat.commands.common import recommend
         from pocketchat.select.report import nothing_fits
 
-        rec = recommend(sel)
+        if sel.hardware is None:  # the probe: a second or two on a first run
+            progress(DownloadProgress("the build to download", "", "checking", 0, 0,
+                                      message="looking at this machine (memory, devices, speed)"))
+        try:
+            rec = recommend(sel)
+        finally:
+            progress.finish()
         if rec.recommended is None:
             raise nothing_fits(rec, hint="Name a smaller model: pocketchat download MODEL")
         spec = rec.recommended.build
         print(f"recommended for this machine: {spec.id} ({rec.recommended.reason})", file=sys.stderr)
-    progress = TerminalProgress()
     try:
         options = store.DownloadOptions(stall_timeout_s=max(args.stall_timeout, 0.1))
         path = store.ensure(spec, offline=sel.offline, confirm=make_confirm(sel.yes), progress=progress,
