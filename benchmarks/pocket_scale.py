@@ -16,8 +16,8 @@ part of CI. Then, printing each figure with the command behind it (`--parts` pic
 3. pp512 and tg128, `--rounds` times alternating: `pocketchat bench -p 512 -n 128 -r 1`
    (the worker, as users run it) and a bare llama-cpp-python loop on the same file with the
    plan's threads, batch, n_ctx and flash-attention setting and the engine's guards only
-   (`new_llama`: AMX, or the bare loop crashes where the worker does not; llama.cpp's own counters for
-   both); medians, and the bare decode with 1 thread against all; and ("quiet") bursts of
+   (`new_llama`: AMX, or the bare loop crashes where the worker does not); llama.cpp's own
+   counters for both; medians, and the bare decode with 1 thread against all; and ("quiet") bursts of
    bare decode in the moments the other processes leave the CPU alone (a shared machine);
 4. decode against the bandwidth limit: bytes of weights one token reads, from the file's own
    tensor table (the active experts' share of the routed experts, every other tensor whole,

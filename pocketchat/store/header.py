@@ -4,8 +4,9 @@ The metadata and tensor infos sit at the start of a GGUF. `remote_facts` asks fo
 MiB, walks it, and asks for more only when the header runs on (a large vocabulary takes a few
 MB), up to `MAX_HEADER_BYTES`. Each read is retried and resumed like a download's body, with
 its stall timeout; the whole read has `header_timeout_s` (a header that trickles in is
-stopped with the rate it came at) and reports its bytes as they arrive. What comes back is the same `ModelFacts` a local file gives, so
-the plan and the checks before a download use one estimate.
+stopped with the rate it came at) and reports its bytes as they arrive. What comes back is the
+same `ModelFacts` a local file gives, so the plan and the checks before a download use one
+estimate.
 """
 
 from __future__ import annotations
