@@ -235,7 +235,7 @@ def _receive(session, loc, sink: Sink, size, digest, options, report, repo_id, p
             if promised:
                 ended_here = ended_here + 1 if done == started else 1
                 if ended_here >= SAME_END_LIMIT and size is not None and done > 0:
-                    raise _size_lie(path, repo_id, size, done, every_time=ended_here) from None
+                    raise _ends_short(path, size, done, ended_here) from None
             if failures > options.max_retries:
                 raise DownloadError(
                     f"download of {path} failed after {options.max_retries} retries ({reason}); "
@@ -268,13 +268,10 @@ def _framed(r) -> bool:
             or "chunked" in r.headers.get("Transfer-Encoding", "").lower())
 
 
-def _size_lie(path: str, repo_id: str, listed: int, served: int | None,
-              every_time: int = 0) -> ChecksumMismatch:
+def _size_lie(path: str, repo_id: str, listed: int, served: int | None) -> ChecksumMismatch:
     """A host serving a file of another size than the Hub lists: resuming cannot complete it
     (every retry meets the same file), so the download stops at once and keeps nothing."""
     what = f"a file of {served} bytes" if served is not None else "more bytes than that"
-    if every_time:
-        what = f"only its first {served} bytes ({every_time} times in a row it stopped at that byte)"
     return ChecksumMismatch(
         f"{path} from {repo_id}: the Hub lists it as {listed} bytes, but the server sends {what}; "
         "it is not the file the repository lists, so it cannot be completed or resumed. Nothing "
@@ -282,6 +279,19 @@ def _size_lie(path: str, repo_id: str, listed: int, served: int | None,
         hint="Try again later (the repository may be being updated) or from another network (a "
              "proxy may be cutting or changing the file); the download then starts afresh. If it "
              "keeps happening, the repository's file is broken: tell its owner.")
+
+
+def _ends_short(path: str, listed: int, done: int, times: int) -> DownloadError:
+    """Bodies promised to run on that end at one byte every time: the host's file ends there,
+    whatever its headers say. Retrying it cannot get further; the bytes are kept (the file's
+    SHA-256 is checked whole at the end), for a later try or another network."""
+    return DownloadError(
+        f"download of {path} stopped: the server promises all {listed} bytes, but {times} times in "
+        f"a row it stopped sending at byte {done}, so the file it serves looks shorter than "
+        f"listed. The {done / GB:.2f} GB received are kept",
+        hint="Retrying this server will not get past that byte. Try again later (the repository "
+             "may be being updated) or from another network (a proxy may be cutting the file); "
+             "the download continues from the kept bytes and checks the whole file.")
 
 
 def _resolve_url(repo_id: str, path: str, commit: str) -> str:
