@@ -24,6 +24,8 @@ import time
 from textual.app import ComposeResult
 from textual.await_complete import AwaitComplete
 from textual.containers import Vertical
+from markdown_it import MarkdownIt
+from markdown_it.rules_core import StateCore
 from textual.widgets import Collapsible, Label, Markdown
 
 from pocketchat.textsafe import visible
@@ -67,8 +69,28 @@ class BlockSplitter:
             self.boundary = self._scanned
 
 
+def answer_parser() -> MarkdownIt:
+    """Textual's GitHub-like Markdown, with each line break the model wrote kept (a hard break):
+    a verse or an address stays in its lines, as it streamed, instead of joining into one."""
+    parser = MarkdownIt("gfm-like", {"breaks": True})
+    parser.core.ruler.push("hard_breaks", _hard_breaks)
+    return parser
+
+
+def _hard_breaks(state: StateCore) -> None:
+    # markdown-it leaves `breaks` to its HTML renderer; Textual reads the tokens themselves.
+    for token in state.tokens:
+        for child in token.children or ():
+            if child.type == "softbreak":
+                child.type = "hardbreak"
+
+
 class AnswerMarkdown(Markdown):
-    """Markdown whose last block has no blank line under it once a whole text is shown."""
+    """Markdown as the model wrote it: its line breaks kept, and no blank line under the last
+    block once a whole text is shown."""
+
+    def __init__(self, markdown: str | None = None, **kwargs) -> None:
+        super().__init__(markdown, parser_factory=answer_parser, **kwargs)
 
     def update(self, markdown: str) -> AwaitComplete:
         done = super().update(markdown)
