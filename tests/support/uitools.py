@@ -92,3 +92,14 @@ def blank_rows_under_the_text(screen: str) -> int:
 
 def run(coro) -> None:
     asyncio.run(coro)
+
+
+def run_scripted_chat(spec: str) -> None:
+    """Run the chat app in this terminal on a scripted engine (the tmux tests start it so):
+    `spec` is a JSON file {"text": the answer to every prompt, "delay": seconds per token}."""
+    import json
+    from pathlib import Path
+
+    data = json.loads(Path(spec).read_text())
+    app, _, _ = make(Reply(data["text"]), delay=data.get("delay", 0.02))
+    app.run()
