@@ -79,9 +79,20 @@ LINES = "".join(PARAGRAPHS)
 
 
 def test_a_long_answer_is_laid_out_a_few_times_not_once_per_few_lines(monkeypatch):
-    """A layout arranges every widget in the chat: while an answer streams it must stay rare."""
+    """A layout arranges every widget in the chat: while an answer streams it must stay rare.
+
+    The blocks settle into Markdown every SETTLE_INTERVAL seconds; the answer's clock here
+    moves a pump tick (0.1 s) per piece written, not with the wall clock: a loaded machine,
+    where the answer takes longer, does not settle (and lay out) more often than a quiet one.
+    """
+    import types
+
     from textual._compositor import Compositor
 
+    from pocketchat.ui import answer
+
+    ticks = iter(range(10**9))
+    monkeypatch.setattr(answer, "time", types.SimpleNamespace(monotonic=lambda: next(ticks) * 0.1))
     layouts: list[float] = []
     reflow = Compositor.reflow
 
