@@ -358,8 +358,6 @@ class ChatApp(App[int]):
         and hiding it rebuilt the footer while the model decodes, CPU taken from the model."""
         if action in ("new_chat", "restart"):
             return self._startup_screen() is None and not self._starting
-        if action == "stop":  # nothing to stop while the model loads (or asks to download)
-            return not self._starting
         return True
 
     async def on_unmount(self) -> None:
