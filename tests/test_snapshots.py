@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+from dataclasses import replace
+
+import pytest
 from support.scripted_engine import Factory, Reply, ScriptedEngine
-from support.uitools import answered, ready, send, wait_for
+from support.uitools import ReadingEngine, answered, ready, send, wait_for
 from pocketchat.conversations import Conversation
 from pocketchat.ui.app import create_app
+from pocketchat.ui.screens import ConfirmScreen, InfoScreen
 from pocketchat.ui.widgets import Notice, PromptInput
 
 SIZE = (90, 30)
@@ -74,3 +79,58 @@ def test_engine_crash_message(snap_compare):
         await pilot.pause()
 
     assert snap_compare(app_with(engine), terminal_size=SIZE, run_before=crash)
+
+
+WIDTHS = [80, 120]
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_status_bar_while_a_prompt_is_read(snap_compare, width):
+    engine = ReadingEngine(info=replace(ScriptedEngine().info, n_ctx=32768))
+
+    async def reading(pilot):
+        await steady(pilot)
+        await send(pilot, "Summarise this document.")
+        await wait_for(pilot, engine.held.is_set)
+        await wait_for(pilot, lambda: "Reading" in pilot.app.query_one("#status").plain)
+        await pilot.pause(0.2)
+
+    app = create_app(Factory(engine), memory_probe=lambda: 13_400_000_000)
+    try:
+        assert snap_compare(app, terminal_size=(width, 24), run_before=reading)
+    finally:
+        engine.release.set()
+
+
+ABOUT = "# Hardware and recommendation\n\nRunning **Scripted-1B** (CPU, 2 threads).\n\n```text\n" + "\n".join(
+    f"line {i:02d}: " + " ".join(f"w{i}{j}" for j in range(16 + i % 5)) + f" end{i:02d}" for i in range(12)
+) + "\n```"
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_hardware_page(snap_compare, width):
+    async def about(pilot):
+        await steady(pilot)
+        pilot.app.action_about()
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, InfoScreen))
+        await pilot.pause(0.2)
+
+    app = app_with(ScriptedEngine(), about=ABOUT)
+    assert snap_compare(app, terminal_size=(width, 30), run_before=about)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_download_question_while_loading(snap_compare, width):
+    answered_ = threading.Event()
+
+    def prepare(hooks):
+        hooks.confirm("Download POCKET-35B-Q2_K (12.9 GB) from Hugging Face into "
+                      "/home/user/.cache/huggingface/hub? [y/N]")
+        answered_.set()
+
+    async def asked(pilot):
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ConfirmScreen))
+        await pilot.pause(0.7)  # the loading box would have ticked under it
+
+    app = app_with(ScriptedEngine(), prepare=prepare)
+    assert snap_compare(app, terminal_size=(width, 24), run_before=asked)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from support.scripted_engine import Reply, tokens
 from support.uitools import (SIZE, answered, blank_rows_under_the_text, make, ready, run, screen_text,
                               send, wait_for)
@@ -77,9 +79,20 @@ LINES = "".join(PARAGRAPHS)
 
 
 def test_a_long_answer_is_laid_out_a_few_times_not_once_per_few_lines(monkeypatch):
-    """A layout arranges every widget in the chat: while an answer streams it must stay rare."""
+    """A layout arranges every widget in the chat: while an answer streams it must stay rare.
+
+    The blocks settle into Markdown every SETTLE_INTERVAL seconds; the answer's clock here
+    moves a pump tick (0.1 s) per piece written, not with the wall clock: a loaded machine,
+    where the answer takes longer, does not settle (and lay out) more often than a quiet one.
+    """
+    import types
+
     from textual._compositor import Compositor
 
+    from pocketchat.ui import answer
+
+    ticks = iter(range(10**9))
+    monkeypatch.setattr(answer, "time", types.SimpleNamespace(monotonic=lambda: next(ticks) * 0.1))
     layouts: list[float] = []
     reflow = Compositor.reflow
 
@@ -189,40 +202,95 @@ def test_the_model_starts_once_the_message_is_laid_out_on_screen():
     run(scenario())
 
 
-PROSE = "\n\n".join(" ".join(f"Sentence {i} of a long answer that wraps over the width of the chat."
-                              for i in range(first, first + 6)) for first in range(0, 300, 6))
+class Frames:
+    """Every frame the app paints, as text (Textual's compositor refresh is wrapped): a check
+    over all of them does not depend on when a test happens to look."""
+
+    def __init__(self, monkeypatch) -> None:
+        from textual.screen import Screen
+
+        self.screens: list[str] = []
+        self.recording = False
+        refresh = Screen._compositor_refresh
+
+        def recorded(screen) -> None:
+            refresh(screen)
+            if self.recording and screen.is_current:
+                self.screens.append(screen_text(screen.app))
+
+        monkeypatch.setattr(Screen, "_compositor_refresh", recorded)
 
 
-def test_the_line_being_written_sits_at_the_bottom_of_the_view_with_no_blank_rows_under_it():
-    """The answer's room below its text (blank rows, so that a new line is not a layout) stays
-    out of sight: mid-answer the newest line is right above the prompt, as at the answer's end."""
+SHORT = "Two lines, then it waits:\nthe second line is written"
+THOUGHT = "First a thought over a few words,\nthen another line of it."
+
+
+@pytest.mark.parametrize("thinking", ["", THOUGHT], ids=["answer", "thinking-then-answer"])
+@pytest.mark.parametrize("width", [80, 120])
+def test_no_frame_of_a_short_answer_shows_blank_rows_under_its_text(monkeypatch, width, thinking):
+    """The answer's room (blank rows, so that a new line is not a layout) never shows: a chat
+    shorter than the view sits at the view's bottom while the answer streams, as after it; so
+    does the thinking, and the answer after the thinking folds away."""
+    frames = Frames(monkeypatch)
+
     async def scenario():
-        held = len(tokens(PROSE)) // 2  # mid-sentence, in the middle of a long answer
-        app, engine, _ = make(Reply(PROSE, hold_after=held), delay=0.002)  # ~4 s to the middle
-        async with app.run_test(size=(100, 32)) as pilot:
+        reply = Reply(SHORT + " out.", thinking=thinking,
+                      hold_after=len(tokens(thinking)) + len(tokens(SHORT)))
+        app, engine, _ = make(reply, delay=0.01)
+        async with app.run_test(size=(width, 30)) as pilot:
             await ready(pilot)
-            await send(pilot, "a long one")
-            samples: list[int] = []
-
-            def sample() -> bool:  # read the screen on every pause while the answer streams
-                screen = screen_text(app)
-                if "a long one" not in screen:  # the answer is longer than the view
-                    samples.append(blank_rows_under_the_text(screen))
-                return engine.held.is_set()
-
-            await wait_for(pilot, sample, timeout=30, what="the answer's middle")
-            last_words = "".join(tokens(PROSE)[:held]).split()[-3:]
-            await wait_for(pilot, lambda: " ".join(last_words) in screen_text(app), what="the held text")
-            await pilot.pause(0.3)  # a few ticks of the pump with nothing new
-            held_screen = screen_text(app)
-            assert blank_rows_under_the_text(held_screen) == 0, held_screen
-            # Under heavy load one frame of a re-layout has been seen mid-answer (1 of 174
-            # samples, CI); the steady screen never shows the blank rows.
-            assert len(samples) >= 3 and sum(1 for s in samples if s) <= 1, samples
-
+            frames.recording = True
+            await send(pilot, "a short one")
+            await wait_for(pilot, engine.held.is_set)
+            await wait_for(pilot, lambda: "is written" in screen_text(app), what="the held text")
+            await pilot.pause(0.3)
+            frames.recording = False
             engine.release.set()
-            await answered(pilot, timeout=30)
-            end = screen_text(app)
-            assert "Sentence 299 " in end and blank_rows_under_the_text(end) == 0, end
+            await answered(pilot)
+            assert blank_rows_under_the_text(screen_text(app)) == 0
 
     run(scenario())
+    written = [s for s in frames.screens if "First a thought" in s or "Two lines" in s]
+    assert len(written) >= 2, f"{len(written)} frames showed the answer"
+    worst = max(written, key=blank_rows_under_the_text)
+    assert blank_rows_under_the_text(worst) == 0, worst
+
+
+MIXED = "".join(f"Part {i}: a paragraph of the answer that wraps over the width of the chat once or twice "
+                f"as it goes on.\n\n- a list item\n- another item\n\n```python\nx = {i}\ny = {i} * 2\n```\n\n"
+                for i in range(60))
+IN_CODE = MIXED[: MIXED.index("x = 40\n") + len("x = 40\n")]  # a code block open: it settles
+
+
+def test_no_frame_shows_blank_rows_under_the_text_while_a_long_answer_is_laid_out_again(monkeypatch):
+    """Every frame painted mid-answer, whatever the timing: the answer is held inside an open
+    code block, so the blocks before it settle into Markdown (a layout that moves the text: a
+    list or a code block takes other rows as Markdown than as plain text), and the text outgrows
+    its room on the way; the view is placed within each layout, so no frame shows the room
+    under the newest line."""
+    frames = Frames(monkeypatch)
+
+    async def scenario():
+        app, engine, _ = make(Reply(MIXED, hold_after=len(tokens(IN_CODE))), delay=0.0005)
+        async with app.run_test(size=(100, 32)) as pilot:
+            await ready(pilot)
+            frames.recording = True
+            await send(pilot, "a long one")
+            await wait_for(pilot, engine.held.is_set, timeout=60)
+            await wait_for(pilot, lambda: "x = 40" in screen_text(app), what="the held text")
+            await pilot.pause(0.3)
+            frames.recording = False
+            held_screen = screen_text(app)
+            engine.release.set()
+            await answered(pilot, timeout=60)
+            end = screen_text(app)
+            assert "x = 59" in end and blank_rows_under_the_text(end) == 0, end
+            return held_screen
+
+    held_screen = run_value(scenario())
+    assert "• a list item" in held_screen and "```" not in held_screen  # settled into Markdown
+    assert blank_rows_under_the_text(held_screen) == 0, held_screen
+    mid = [s for s in frames.screens if "a long one" not in s and "Part " in s]  # longer than the view
+    assert len(mid) >= 3, len(frames.screens)
+    bad = [s for s in mid if blank_rows_under_the_text(s)]
+    assert not bad, f"{len(bad)} of {len(mid)} frames with blank rows; the first:\n{bad[0]}"

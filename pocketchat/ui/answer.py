@@ -24,6 +24,9 @@ import time
 from textual.app import ComposeResult
 from textual.await_complete import AwaitComplete
 from textual.containers import Vertical
+from markdown_it import MarkdownIt
+from markdown_it.rules_core import StateCore
+from textual.widget import Widget
 from textual.widgets import Collapsible, Label, Markdown
 
 from pocketchat.textsafe import visible
@@ -40,6 +43,7 @@ class BlockSplitter:
         self.boundary = 0  # text[:boundary] is complete blocks
         self._scanned = 0  # start of the first line not scanned yet
         self.fence = ""  # the opening fence while inside a code block
+        self.fence_at = 0  # where the line of that opening fence starts
 
     def feed(self, text: str) -> int:
         """Scan the complete lines added since the last call; the boundary after them."""
@@ -63,12 +67,33 @@ class BlockSplitter:
         elif line[:3] in ("```", "~~~"):
             char = line[0]
             self.fence = line[: len(line) - len(line.lstrip(char))]
+            self.fence_at = self._scanned - len(raw) - 1
         elif not raw.strip():
             self.boundary = self._scanned
 
 
+def answer_parser() -> MarkdownIt:
+    """Textual's GitHub-like Markdown, with each line break the model wrote kept (a hard break):
+    a verse or an address stays in its lines, as it streamed, instead of joining into one."""
+    parser = MarkdownIt("gfm-like", {"breaks": True})
+    parser.core.ruler.push("hard_breaks", _hard_breaks)
+    return parser
+
+
+def _hard_breaks(state: StateCore) -> None:
+    # markdown-it leaves `breaks` to its HTML renderer; Textual reads the tokens themselves.
+    for token in state.tokens:
+        for child in token.children or ():
+            if child.type == "softbreak":
+                child.type = "hardbreak"
+
+
 class AnswerMarkdown(Markdown):
-    """Markdown whose last block has no blank line under it once a whole text is shown."""
+    """Markdown as the model wrote it: its line breaks kept, and no blank line under the last
+    block once a whole text is shown."""
+
+    def __init__(self, markdown: str | None = None, **kwargs) -> None:
+        super().__init__(markdown, parser_factory=answer_parser, **kwargs)
 
     def update(self, markdown: str) -> AwaitComplete:
         done = super().update(markdown)
@@ -145,17 +170,10 @@ class StreamingMarkdown(Vertical):
         self._reserved = lines + TAIL_SPARE_SCREENS * max(self.app.size.height, 10)
         self.tail.styles.height = self._reserved
 
-    def text_bottom(self) -> int | None:
-        """The screen row under the last line of text being written (None: not on screen)."""
-        if not self.tail.is_attached or not self.tail.size.height:
-            return None
-        region = self.tail.content_region
-        return region.y + self.lines if region else None
-
     def _opens_fence(self) -> bool:
-        """Whether the tail is a code block still open (shown as one, its fence line left out)."""
-        fence = self._splitter.fence
-        return bool(fence) and self.text[self._settled:].lstrip(" ").startswith(fence)
+        """Whether the tail is a code block still open (shown as one, its fence line left out);
+        not when the tail begins with a code block that closed and another one is open below."""
+        return bool(self._splitter.fence) and self._splitter.fence_at == self._settled
 
     def _tail_text(self) -> str:
         tail = self.text[self._settled:]
@@ -248,13 +266,15 @@ class AnswerView(Vertical):
             await self.mount(self._answer_stream, before=self.query_one(".figures"))
         return await self._answer_stream.write(visible(fragment)) or folded
 
-    def text_bottom(self) -> int | None:
-        """The screen row under the line being written, answer or thinking (None: none shown)."""
+    def writing(self) -> tuple[Widget, int] | None:
+        """Where the text being written is, answer or thinking: the tail it is written into and
+        its rows of text (the answer's empty tail before its first token; None once it ended)."""
         for stream in (self._answer_stream, self._thinking_stream):
-            if stream is not None and stream.text:
-                return stream.text_bottom()
-        if self._answer_stream is not None and not self.thinking:  # nothing yet: the answer's top
-            return self._answer_stream.text_bottom()
+            if stream is not None and stream.text and stream.tail.is_attached:
+                return stream.tail, stream.tail.rows
+        stream = self._answer_stream
+        if stream is not None and stream.tail.is_attached:
+            return stream.tail, 0
         return None
 
     async def _finish_thinking(self) -> None:

@@ -217,6 +217,7 @@ class ChatApp(App[int]):
     def _engine_gone(self) -> None:
         engine, self.engine = self.engine, None
         self.chat.engine = None
+        self.chat.set_memory(None)  # no worker, no memory held: the bar says "mem –", not "?"
         self.query_one(EngineHeader).show(self.info, "engine stopped")
         if engine is not None:
             self._close_quietly(engine)
@@ -229,8 +230,8 @@ class ChatApp(App[int]):
             pass
 
     def _sample_memory(self) -> None:
-        if self._memory_probe is not None:
-            self.chat.set_memory(self._memory_probe())
+        if self._memory_probe is not None:  # the engine's memory: none while none runs
+            self.chat.set_memory(self._memory_probe() if self.engine is not None else None)
         self._check_engine()
 
     def _check_engine(self) -> None:

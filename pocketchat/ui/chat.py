@@ -25,7 +25,7 @@ from pocketchat.errors import EngineCrashed, HelperGone
 from pocketchat.engines.types import ChatOptions, Engine, EngineInfo
 from pocketchat.ui import modelstate
 from pocketchat.ui.follow import Follower
-from pocketchat.ui.format import describe_error, prompt_progress_line, restoring_line
+from pocketchat.ui.format import describe_error, dropped_line, prompt_progress_line, restoring_line
 from pocketchat.ui.messages import EngineLost
 from pocketchat.ui.holding import Holding
 from pocketchat.ui.screens import ConversationsScreen, SystemPromptScreen
@@ -151,16 +151,16 @@ class Chat(Vertical):
     def status(self, figures: StatusFigures) -> None:
         self.query_one(StatusBar).show(figures)
 
-    def idle_status(self, state: str = "Ready") -> None:
-        """The last answer's figures with a new state."""
+    def idle_status(self, state: str = "Ready", **changes: int) -> None:
+        """The last answer's figures with a new state (and the `changes` given)."""
         old = self.query_one(StatusBar).figures
         limit = self.info.n_ctx if self.info else old.context_limit
         self.status(dataclasses.replace(old, state=state, context_limit=limit or 0,
-                                        memory_bytes=self.memory))
+                                        memory_bytes=self.memory, **changes))
 
     def set_memory(self, memory: int | None) -> None:
         self.memory = memory
-        if self.stream is None and self.query(StatusBar):  # none while the app closes
+        if (self.stream is None or self._ending) and self.query(StatusBar):  # else the next update
             self.idle_status(self.query_one(StatusBar).figures.state)
 
     # -- sending and streaming ------------------------------------------------------------
@@ -197,10 +197,10 @@ class Chat(Vertical):
         view = AnswerView(streaming=True)
         for welcome in self.chat_log.query(Welcome):
             await welcome.remove()
-        follower = self._follower = Follower(self.chat_log)
-        follower.release()  # the answer's room is blank lines: the log follows its text instead
+        # The answer's room is blank rows: the log follows its text (placed as it is laid out).
+        self.chat_log.follower = self._follower = Follower(self.chat_log, view)
+        self._follower.release()
         await self.chat_log.mount_all([UserMessage(text), view])
-        self.call_after_refresh(follower.follow, view)  # the message in view, the room below the view
         self.call_after_refresh(shown.set)  # then the model starts (the mount's layout is done)
         self._answer = view
         self.status(figures_from_stats(None, "Waiting for the first token", self.memory,
@@ -218,10 +218,8 @@ class Chat(Vertical):
         update = stream.drain()
         laid_out = await view.add_thinking(update.thinking)
         laid_out = await view.add_text(update.text) or laid_out
-        if laid_out:  # where the text ends is known once the screen is laid out
-            self.call_after_refresh(follower.follow, view)
-        else:  # every tick: a layout that came later (a folded thinking box) moved the text
-            follower.follow(view)
+        if not laid_out:  # a layout places the view itself; new rows without one scroll it
+            follower.follow()
         state = "Answering" if view.text else "Thinking" if view.thinking else "Waiting for the first token"
         if stream.cancelled and not view.text:
             state = "Stopping"  # Esc: what it said at once stays until the answer ends
@@ -259,6 +257,7 @@ class Chat(Vertical):
         await view.finish(figures_line(message.stats), message.interrupted)
         if following:  # the blank lines are gone: the log sticks to its end again
             self.chat_log.anchor()
+        self.chat_log.follower = None
         stats = update.stats
         if update.exception is not None:
             self._answer_failed(update.exception)
@@ -271,10 +270,7 @@ class Chat(Vertical):
             self.notice(f"The context is full ({used}/{limit} tokens): the answer stopped there.",
                         "Start a new chat with Ctrl+N, or restart with a larger --ctx.", "warning")
         if stats is not None and stats.dropped_messages:
-            n = stats.dropped_messages
-            self.notice(f"{n} earlier message{'' if n == 1 else 's'} no longer fit{'s' if n == 1 else ''} "
-                        "the context and " + ("was" if n == 1 else "were") + " left out of what the model saw.",
-                        kind="info")
+            self.notice(dropped_line(stats.dropped_messages), kind="info")
         if moved := self.holding.follow(stream.conversation):
             self.notice(moved, kind="warning")
         if stream.save_error is not None:
@@ -347,6 +343,8 @@ class Chat(Vertical):
                 self.idle_status()
         if result is not None and conversation is self.conversation and engine is self.engine:
             self.notice(result.text, kind="info")
+            if result.loaded and self.stream is None:  # the meter: what the context now holds
+                self.idle_status(context_used=result.tokens)
 
     # -- conversations ---------------------------------------------------------------------
     async def new_chat(self) -> None:
@@ -358,6 +356,7 @@ class Chat(Vertical):
             self.stream.cancel()  # the thread saves the old conversation as far as it got
             self._stop_pump()
             self.stream, self._answer = None, None
+            self.chat_log.follower = None
         self.query_one(StatusBar).figures = StatusFigures()
         await self._hold_and_show(conversation)
         self.idle_status()

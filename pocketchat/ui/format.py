@@ -74,3 +74,10 @@ def prompt_progress_line(done: int, total: int, tok_s: float, seconds_left: floa
     if seconds_left is not None:
         parts.append(f"{human_duration(seconds_left)} left")
     return " · ".join(parts)
+
+
+def dropped_line(n: int) -> str:
+    """The note when earlier messages no longer fit the context."""
+    one = n == 1
+    return (f"{n} earlier message{'' if one else 's'} no longer fit{'s' if one else ''} the context "
+            f"and {'was' if one else 'were'} left out of what the model saw.")

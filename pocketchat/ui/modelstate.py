@@ -23,6 +23,7 @@ class Restored:
 
     loaded: bool
     text: str
+    tokens: int = 0  # what the context holds once it loaded (the chat's meter shows it too)
 
 
 def save(engine: Engine | None, conversation: Conversation) -> int:
@@ -55,5 +56,5 @@ def restore(engine: Engine | None, conversation: Conversation) -> Restored | Non
         why = f"the saved model state did not load ({exc}); the conversation is processed again"
     if why is not None:
         return Restored(False, why[:1].upper() + why[1:] + ".")
-    return Restored(True, f"Restored the model's state of this chat ({tokens:,} tokens): "
-                          "the next answer reads only your new message.")
+    return Restored(True, f"Restored the model's state of this chat ({tokens:,} tokens of context): "
+                          "the next answer reads only your new message.", tokens)

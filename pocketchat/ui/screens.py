@@ -7,7 +7,7 @@ import time
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Center, Horizontal, Middle, Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import (
     Button,
@@ -60,7 +60,20 @@ class KeepsTyping:
             event.stop()
 
 
-class LoadingScreen(KeepsTyping, Screen):
+class StartupScreen(KeepsTyping, Screen):
+    """A start-up screen: one box in the middle, out of sight while a question is asked over it
+    (a dialog is drawn on a clear screen, not over a box that keeps ticking under it)."""
+
+    def on_screen_suspend(self) -> None:
+        for box in self.query(".startup-box"):
+            box.display = False
+
+    def on_screen_resume(self) -> None:
+        for box in self.query(".startup-box"):
+            box.display = True
+
+
+class LoadingScreen(StartupScreen):
     """Shown while the model loads (a 13 GB file takes a while)."""
 
     def __init__(self, what: str = "Loading the model") -> None:
@@ -70,7 +83,7 @@ class LoadingScreen(KeepsTyping, Screen):
         self.fraction: float | None = None  # of the model file loaded, as the engine reports it
 
     def compose(self) -> ComposeResult:
-        with Middle(), Center(classes="startup-box"):
+        with Vertical(classes="startup-box"):
             yield Label(one_line(self.what), id="loading-title", markup=False)
             yield LoadingIndicator()
             yield Label("", id="loading-elapsed")
@@ -100,7 +113,7 @@ class LoadingScreen(KeepsTyping, Screen):
         self.query_one("#loading-elapsed", Label).update(self.figures())
 
 
-class DownloadScreen(KeepsTyping, Screen):
+class DownloadScreen(StartupScreen):
     """Progress of a model download: bytes, percent, speed and time left."""
 
     def __init__(self, what: str = "Downloading the model") -> None:
@@ -109,7 +122,7 @@ class DownloadScreen(KeepsTyping, Screen):
         self._samples: list[tuple[float, int]] = []
 
     def compose(self) -> ComposeResult:
-        with Middle(), Center(classes="startup-box"):
+        with Vertical(classes="startup-box"):
             yield Label(one_line(self.what), id="download-title", markup=False)
             yield ProgressBar(total=None, show_eta=False, show_percentage=False, id="download-bar")
             yield Label("starting…", id="download-figures")
@@ -205,7 +218,7 @@ class InfoScreen(ModalScreen[None]):
         self.markdown = markdown
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll(classes="dialog-box wide tall"):
+        with VerticalScroll(classes="dialog-box tall", id="info-page"):
             yield Markdown(visible(self.markdown))
         yield Footer()
 

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from textual import events
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.content import Content
+from textual.geometry import Size, Spacing
+from textual.layout import DockArrangeResult
 from textual.message import Message
 from textual.widgets import Static, TextArea
 
 from pocketchat.engines.types import EngineInfo, Stats
 from pocketchat.textsafe import one_line, pasted, visible
 from pocketchat.ui.answer import AnswerView  # noqa: F401 - a message widget like the others
+from pocketchat.ui.fitline import Part, fit
+from pocketchat.ui.follow import Follower
+from pocketchat.ui.fitline import plain as fitted_text
 from pocketchat.ui.format import compact_count, human_bytes, human_duration, meter
 
 
@@ -21,23 +26,47 @@ PLACEMENT_WORDS = {"cpu": "CPU", "gpu": "GPU, all layers", "gpu+cpu-experts": "G
 
 
 class EngineHeader(Static):
-    """One line saying what runs: model, backend, placement, context size."""
+    """One line saying what runs: model, backend, placement, context size (fitted to its width:
+    the model and the state stay longest)."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__("", **kwargs)
+        self._shown: tuple[EngineInfo | None, str] = (None, "")
 
     def show(self, info: EngineInfo | None, state: str = "") -> None:
+        self._shown = (info, state)
         if info is None:
-            self.update(one_line(f"pocketchat · {state or 'no model loaded'}"))
-            return
-        placement = PLACEMENT_WORDS.get(info.placement, info.placement)  # a bare plan word
-        parts = ["pocketchat", info.model, info.backend, placement, f"ctx {info.n_ctx}"]
-        if state:
-            parts.append(state)
-        self.update(one_line(" · ".join(p for p in parts if p)))
+            parts = [Part.of("pocketchat", 20, sep=" · "), Part.of(one_line(state or "no model loaded"), 90, sep=" · ")]
+        else:
+            placement = PLACEMENT_WORDS.get(info.placement, info.placement)  # a bare plan word
+            words = [("pocketchat", 20), (info.model, 100), (info.backend, 40), (placement, 50),
+                     (f"ctx {info.n_ctx}", 60), (state, 95)]
+            parts = [Part.of(one_line(text), keep, sep=" · ") for text, keep in words if text]
+        width = self.content_size.width or max(self.app.size.width - 2, 1)
+        self.update(Content(fitted_text(fit(parts, width))))
+
+    def on_resize(self) -> None:
+        self.show(*self._shown)
 
 
 class ChatLog(VerticalScroll):
-    """The scrolling conversation."""
+    """The scrolling conversation; while an answer streams, its follower places the view each
+    time the log is arranged (ui/follow.py)."""
 
     can_focus = False
+    follower: Follower | None = None
+
+    def arrange(self, size: Size, optimal: bool = False) -> DockArrangeResult:
+        arrangement = super().arrange(size, optimal)
+        if self.follower is None or optimal:
+            return arrangement
+        room = self.follower.place(arrangement, size)
+        if not room:
+            return arrangement
+        # The blank rows under the text are not content: not scrolled to, not in the scrollbar.
+        top, right, bottom, left = arrangement.scroll_spacing
+        return replace(arrangement, scroll_spacing=Spacing(top, right, bottom - room, left),
+                       _spatial_map=arrangement.spatial_map)
 
 
 WELCOME = (
@@ -86,7 +115,7 @@ class PromptInput(TextArea):
     """Multi-line input: Enter sends, Ctrl+J (or Shift+Enter) makes a new line, Up recalls."""
 
     BINDINGS = [
-        Binding("ctrl+j", "newline", "New line", key_display="^j"),
+        Binding("ctrl+j", "newline", "New line", key_display="^j", show=False),  # the placeholder says it
         Binding("shift+enter", "newline", "New line", show=False),
     ]
 
@@ -194,8 +223,9 @@ def context_level(used: int, limit: int) -> str:
 class StatusBar(Static):
     """Live figures: state, decode tok/s, time to first token, tokens, context, memory.
 
-    One line, repainted only when its text changes and never re-laid out (its size is fixed),
-    so a refresh costs little while the model streams.
+    One line, fitted to its width (ui/fitline.py: a figure not known yet goes first, the state
+    and the context last), repainted only when its text changes and never re-laid out (its size
+    is fixed), so a refresh costs little while the model streams.
     """
 
     def __init__(self, **kwargs) -> None:
@@ -207,31 +237,56 @@ class StatusBar(Static):
     def on_mount(self) -> None:
         self.show(self.figures)
 
+    def on_resize(self) -> None:
+        self.plain = ""  # fitted again to the new width
+        self.show(self.figures)
+
     def show(self, f: StatusFigures) -> None:
         self.figures = f
-        speed = f"{f.decode_tok_s:.1f} tok/s" if f.decode_tok_s else "– tok/s"
-        ttft = human_duration(f.ttft_seconds) if f.ttft_seconds is not None else "–"
-        tokens = f"{f.tokens if f.tokens is not None else 0} tokens"
-        if f.context_limit:
-            level = context_level(f.context_used, f.context_limit)
-            ctx = (f"ctx {compact_count(f.context_used)}/{compact_count(f.context_limit)} "
-                   f"{meter(f.context_used / f.context_limit, 8)}")
-        else:
-            level, ctx = "ok", "ctx –"
-        memory = f"mem {human_bytes(f.memory_bytes)}"
-        parts = [(f.state, "$accent bold"), (speed, "$success bold"), (f"TTFT {ttft}", ""),
-                 (tokens, ""), (ctx, {"ok": "", "warn": "$warning", "full": "$error bold"}[level]),
-                 (memory, "")]
-        if f.prompt_length:
-            parts.insert(3, (f"cached {f.reused_tokens:,}/{f.prompt_length:,}", ""))
-        plain = "  ".join(text for text, _ in parts)
+        level = context_level(f.context_used, f.context_limit) if f.context_limit else "ok"
+        line = fit(status_parts(f, level), self._width())
+        plain = fitted_text(line)
         if plain == self.plain and level == self.level:
             return
         self.plain, self.level = plain, level
         self.set_class(level == "warn", "-ctx-warn")
         self.set_class(level == "full", "-ctx-full")
-        content = Content("  ").join(Content.styled(text, style) for text, style in parts)
+        content = Content("").join(Content(sep) + Content.styled(text, style) for sep, text, style in line)
         self.update(content, layout=False)
+
+    def _width(self) -> int:
+        """The cells the line has (before the first layout: the screen's width less the padding)."""
+        return self.content_size.width or max(self.app.size.width - 2, 1)
+
+
+def status_parts(f: StatusFigures, level: str) -> list[Part]:
+    """The status bar's parts, each kept as long as its `keep` says (see ui/fitline.py).
+
+    Kept longest: the state's first words, then the context; a state's later " · " pieces
+    (the prompt's rate and time left) give way before it; figures not known yet ("–", 0
+    tokens) go first.
+    """
+    head, *rest = f.state.split(" · ")
+    parts = [Part.of(head, 100, "$accent bold")]
+    parts += [Part.of(piece, 70 - i, "$accent bold", sep=" · ") for i, piece in enumerate(rest)]
+    speed = f"{f.decode_tok_s:.1f} tok/s" if f.decode_tok_s else "– tok/s"
+    parts.append(Part.of(speed, 60 if f.decode_tok_s else 10, "$success bold"))
+    known = f.ttft_seconds is not None
+    parts.append(Part.of(f"TTFT {human_duration(f.ttft_seconds) if known else '–'}", 30 if known else 10))
+    if f.prompt_length:
+        parts.append(Part.of(f"cached {f.reused_tokens:,}/{f.prompt_length:,}", 20))
+    tokens = f.tokens or 0
+    parts.append(Part.of(f"{tokens} tokens", 50 if tokens else 10))
+    if f.context_limit:
+        figure = f"ctx {compact_count(f.context_used)}/{compact_count(f.context_limit)}"
+        style = {"ok": "", "warn": "$warning", "full": "$error bold"}[level]
+        parts.append(Part.of(f"{figure} {meter(f.context_used / f.context_limit, 8)}", 65, style,
+                             shorter=[(figure, 90)]))
+    else:
+        parts.append(Part.of("ctx –", 10))
+    known = f.memory_bytes is not None
+    parts.append(Part.of(f"mem {human_bytes(f.memory_bytes) if known else '–'}", 40 if known else 10))
+    return parts
 
 
 def figures_from_stats(

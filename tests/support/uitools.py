@@ -9,10 +9,25 @@ from typing import Callable
 from support.scripted_engine import Factory, Reply, ScriptedEngine
 from textual.pilot import Pilot
 
+from pocketchat.engines.types import Chunk, PromptProgress, Stats
+
 from pocketchat.ui.app import create_app
 from pocketchat.ui.widgets import StatusBar
 
 SIZE = (100, 32)
+
+
+class ReadingEngine(ScriptedEngine):
+    """A scripted engine that reads a long prompt: one progress chunk (1,536 of 4,075 tokens
+    after 6.4 s), then it holds until released or cancelled."""
+
+    def _stream(self, messages, reply, options):
+        stats = Stats(prompt_length=4075, context_limit=self.info.n_ctx, context_used=1536)
+        yield Chunk(stats=stats, progress=PromptProgress(1536, 4075, 6.4))
+        self.held.set()
+        while not (self.release.wait(0.01) or self._cancel.is_set()):
+            pass
+        yield Chunk(stats=stats, finish_reason="cancelled")
 
 
 def make(*replies: Reply, **kwargs):
@@ -77,3 +92,14 @@ def blank_rows_under_the_text(screen: str) -> int:
 
 def run(coro) -> None:
     asyncio.run(coro)
+
+
+def run_scripted_chat(spec: str) -> None:
+    """Run the chat app in this terminal on a scripted engine (the tmux tests start it so):
+    `spec` is a JSON file {"text": the answer to every prompt, "delay": seconds per token}."""
+    import json
+    from pathlib import Path
+
+    data = json.loads(Path(spec).read_text())
+    app, _, _ = make(Reply(data["text"]), delay=data.get("delay", 0.02))
+    app.run()
