@@ -21,7 +21,7 @@ from textual.widgets import Footer
 
 from pocketchat.conversations import Conversation
 from pocketchat.paths import settings
-from pocketchat.engines.types import ChatOptions, Engine, EngineInfo
+from pocketchat.engines.types import ChatOptions, Engine, EngineInfo, liveness_of
 from pocketchat.ui.chat import RESTART_HINT, Chat
 from pocketchat.ui.format import describe_error
 from pocketchat.ui.messages import (
@@ -48,6 +48,7 @@ from pocketchat.ui.widgets import PLACEMENT_WORDS, EngineHeader
 
 EXIT_GRACE = 20.0  # seconds after SIGTERM/SIGHUP before the process ends however far the app got
 CTRL_C_AGAIN = 3.0  # on an idle chat, a second Ctrl+C within this many seconds quits
+LIVENESS_POLL = 0.5  # how often the chat asks whether the model's process responds
 
 
 class ChatApp(App[int]):
@@ -134,6 +135,7 @@ class ChatApp(App[int]):
         self._catch_signals()
         self.query_one(EngineHeader).show(None, "starting")
         self.set_interval(2.0, self._sample_memory)
+        self.set_interval(LIVENESS_POLL, self._watch_engine)
         self._open_engine("Loading the model")
 
     # -- the engine ----------------------------------------------------------------------
@@ -214,11 +216,11 @@ class ChatApp(App[int]):
     def on_engine_lost(self, message: EngineLost) -> None:
         self._engine_gone()
 
-    def _engine_gone(self) -> None:
+    def _engine_gone(self, close: bool = True) -> None:
         engine, self.engine = self.engine, None
         self.chat.engine = None
         self.query_one(EngineHeader).show(self.info, "engine stopped")
-        if engine is not None:
+        if engine is not None and close:
             self._close_quietly(engine)
 
     @work(thread=True, group="close")
@@ -244,6 +246,23 @@ class ChatApp(App[int]):
             self.chat.notice("The engine stopped while the chat was idle: its worker process ended "
                              "(killed, or out of memory).", RESTART_HINT)
             self.chat.idle_status("No model")
+
+    def _watch_engine(self) -> None:
+        """A model process that stops responding (SIGSTOP, stuck, swapping) is said within 2 s,
+        and again when it resumes."""
+        engine = self.engine
+        if engine is None or self._starting:
+            return
+        found = liveness_of(engine)
+        if found.responding != self.chat.stuck:
+            return  # nothing changed
+        header = self.query_one(EngineHeader)
+        if found.responding:
+            self.chat.engine_resumed()
+            header.show(self.info)
+        else:
+            self.chat.engine_stuck(found)
+            header.show(self.info, "not responding")
 
     # -- actions ---------------------------------------------------------------------------
     def action_stop(self) -> None:
@@ -311,9 +330,10 @@ class ChatApp(App[int]):
             self.notify("The engine is already starting.")
             return
         stream = self.stream
+        stuck = self.engine is not None and not liveness_of(self.engine).responding
         if stream is not None:  # stop the answer (kept, marked interrupted), then restart
             self.notify("Stopping the answer (it is kept), then restarting the engine.")
-            self.chat.shutdown()
+            self.chat.shutdown()  # a stuck engine lets the answer go at once
             await asyncio.to_thread(stream.wait, 10.0)
             for _ in range(100):  # the chat shows the stopped answer before the engine goes
                 if self.stream is None:
@@ -322,7 +342,11 @@ class ChatApp(App[int]):
             if self._starting:
                 return
         if self.engine is not None:
-            self._engine_gone()
+            engine = self.engine
+            self._engine_gone(close=not stuck)
+            if stuck:  # it cannot be asked to close: ended at once, before another loads
+                await asyncio.to_thread(_end_now, engine)
+        self.chat.stuck = False
         self._open_engine("Restarting the engine")
 
     def _catch_signals(self) -> None:
@@ -363,6 +387,9 @@ class ChatApp(App[int]):
         self.chat.shutdown(wait=5.0)
         engine, self.engine = self.engine, None
         if engine is not None:
+            if not liveness_of(engine).responding:
+                _end_now(engine)
+                return
             try:
                 engine.close()
             except Exception:  # noqa: BLE001
@@ -383,6 +410,15 @@ def about_markdown(info: EngineInfo | None, extra: str | None) -> str:
     if extra:
         lines += ["", extra]
     return "\n".join(lines)
+
+
+def _end_now(engine: Engine) -> None:
+    """End an engine whose process does not respond: `kill()` (no close to wait for)."""
+    kill = getattr(engine, "kill", None)
+    try:
+        (kill if callable(kill) else engine.close)()
+    except Exception:  # noqa: BLE001 - nothing more to do with it
+        pass
 
 
 def _exit_if_stuck(ended: threading.Event, code: int, grace: float = EXIT_GRACE) -> None:

@@ -2,7 +2,9 @@
 
 It knows an `Engine` (handed over by the app once it opens) and the conversation; it knows
 nothing of how the engine starts. When the engine dies mid-answer it says so in the chat and
-posts `EngineLost` for the app.
+posts `EngineLost` for the app. When the app finds the model's process not responding
+(`engine_stuck`) the chat says so, Esc ends the answer at once (the engine lets it go) and
+nothing is sent until it resumes (`engine_resumed`) or Ctrl+R restarts it.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from textual.widget import AwaitMount
 from pocketchat import conversations
 from pocketchat.conversations import Conversation, save_problem
 from pocketchat.errors import EngineCrashed, HelperGone
-from pocketchat.engines.types import ChatOptions, Engine, EngineInfo
+from pocketchat.engines.types import ChatOptions, Engine, EngineInfo, Liveness, liveness_of
 from pocketchat.ui import modelstate
 from pocketchat.ui.follow import Follower
 from pocketchat.ui.format import describe_error, prompt_progress_line, restoring_line
@@ -47,6 +49,9 @@ ENGINE_WAIT = 120.0  # the longest a new answer waits for a state save or load t
 SHOW_WAIT = 1.0  # the longest a new answer waits for the screen to show the message
 STATUS_INTERVAL = 0.5  # the status bar's figures change at most twice a second while streaming
 RESTART_HINT = "Ctrl+R restarts the engine (this conversation is kept); Ctrl+N starts a new chat."
+STUCK_STATE = "Not responding · Ctrl+R restarts"
+STUCK_HINT = ("Ctrl+R restarts it (this conversation is kept). If the process resumes, the chat "
+              "goes on by itself.")
 
 
 class Chat(Vertical):
@@ -75,6 +80,7 @@ class Chat(Vertical):
         self.engine: Engine | None = None
         self.info: EngineInfo | None = None
         self.starting = False  # the app is opening an engine
+        self.stuck = False  # the engine's process does not respond (the app watches it)
         self.memory: int | None = None
         self.stream: AnswerStream | None = None
         self.last_stream: AnswerStream | None = None  # whether the chat is saved, for the reminder at exit
@@ -174,6 +180,10 @@ class Chat(Vertical):
             why = "still loading" if self.starting else "not running (Ctrl+R restarts it)"
             self.notify(f"The model is {why}.", severity="warning")
             return
+        if self.stuck or not liveness_of(self.engine).responding:  # the prompt keeps the text
+            self.notify("The model process is not responding: Ctrl+R restarts it (this "
+                        "conversation is kept).", severity="warning")
+            return
         prompt = self.query_one(PromptInput)
         prompt.remember(event.text)
         prompt.clear()
@@ -223,7 +233,9 @@ class Chat(Vertical):
         else:  # every tick: a layout that came later (a folded thinking box) moved the text
             follower.follow(view)
         state = "Answering" if view.text else "Thinking" if view.thinking else "Waiting for the first token"
-        if stream.cancelled and not view.text:
+        if self.stuck:
+            state = STUCK_STATE
+        elif stream.cancelled and not view.text:
             state = "Stopping"  # Esc: what it said at once stays until the answer ends
         elif not self._restored.is_set() and not view.text:
             state = restoring_line()  # the answer waits for the state it goes on from
@@ -281,7 +293,7 @@ class Chat(Vertical):
             self.notice(f"Could not save the conversation: {stream.save_error}",
                         save_problem(stream.save_error, self.conversation.path.parent)
                         + " The chat goes on, unsaved.", "warning")
-        self.idle_status("Stopped" if message.interrupted else "Ready")
+        self.idle_status(STUCK_STATE if self.stuck else "Stopped" if message.interrupted else "Ready")
         mounting, self._mounting = self._mounting, []
         for mounted in mounting:  # the notices above are on screen before the answer counts as done
             await mounted
@@ -296,6 +308,24 @@ class Chat(Vertical):
                         error.hint if isinstance(error, HelperGone) else RESTART_HINT)
         else:
             self.notice(f"The answer failed: {text}", hint or RESTART_HINT)
+
+    def engine_stuck(self, found: Liveness) -> None:
+        """The engine's process stopped responding: say so, and what to do."""
+        self.stuck = True
+        text = found.message or "the model process is not responding"
+        hint = STUCK_HINT if self.stream is None else "Esc ends the answer here (its text is kept). " + STUCK_HINT
+        text = text[:1].upper() + text[1:] + "."
+        self.notice(text, hint, "warning")  # in the conversation, after the answer in flight
+        self.notify(f"{text} {hint}", title="Not responding", severity="error", timeout=10,
+                    markup=False)  # in view at once, whatever the log shows
+        self.status(dataclasses.replace(self.query_one(StatusBar).figures, state=STUCK_STATE))
+
+    def engine_resumed(self) -> None:
+        """The engine's process responds again (it was resumed)."""
+        self.stuck = False
+        self.notice("The model process responds again.", kind="info")
+        if self.stream is None:
+            self.idle_status()
 
     def stop(self) -> None:
         """Esc: ask the engine to stop; the answer ends when it does."""
