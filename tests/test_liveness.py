@@ -115,3 +115,13 @@ def test_engines_without_a_process_always_respond():
     assert liveness_of(InProcess()) == Liveness()
     assert liveness_of(Broken()).responding
     assert Liveness().message == ""
+
+
+def test_a_worker_killed_after_it_stopped_responding_is_not_blamed_on_memory():
+    import signal
+
+    from pocketchat.engines.worker import describe_exit
+
+    assert "out-of-memory" in describe_exit(-signal.SIGKILL)  # killed while it answered
+    stuck = describe_exit(-signal.SIGKILL, stuck=True)
+    assert "SIGKILL" in stuck and "stopped responding" in stuck and "memory" not in stuck

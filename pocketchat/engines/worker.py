@@ -134,7 +134,9 @@ class _Reader:
         self.inbox.put(msg)
 
 
-def describe_exit(exitcode: int | None) -> str:
+def describe_exit(exitcode: int | None, stuck: bool = False) -> str:
+    """How the worker ended, for a message; `stuck`: it was not responding before it ended
+    (then a kill is not guessed to be the out-of-memory killer's)."""
     if exitcode is None:
         return "stopped answering"
     if exitcode < 0:
@@ -144,7 +146,9 @@ def describe_exit(exitcode: int | None) -> str:
             sig = f"signal {-exitcode}"
         why = {"SIGKILL": " (killed; often the out-of-memory killer)", "SIGSEGV": " (a crash in the backend)",
                "SIGABRT": " (the backend aborted)"}.get(sig, "")
-        return f"was stopped by {sig}{why}"
+        if stuck:
+            why = " after it had stopped responding"
+        return f"was ended by {sig}{why}"
     return f"exited with code {exitcode}"
 
 
@@ -246,7 +250,8 @@ class WorkerEngine:
             if ended:  # this process ended it: never blamed on memory or a crash
                 message = f"the model worker was shut down {when} ({ended})"
             else:
-                message = f"the model worker {describe_exit(code)} {when}"
+                stuck = not self._reader.watch.verdict.responding
+                message = f"the model worker {describe_exit(code, stuck)} {when}"
             tail = log_tail(self.log_path)
             if tail:
                 message += f"; its last output: {tail} (full log: {self.log_path})"
@@ -293,6 +298,8 @@ class WorkerEngine:
             return
         stuck = not self.liveness().responding
         self._killed = "it was not responding" if stuck else "it was ended on request"
+        self._crash = EngineCrashed(f"the model worker was shut down: {self._killed}",
+                                    exitcode=-signal.SIGKILL)
         try:
             self._proc.kill()
         except (OSError, ValueError, AttributeError):
