@@ -21,7 +21,8 @@ from textual.widgets import Footer
 
 from pocketchat.conversations import Conversation
 from pocketchat.paths import settings
-from pocketchat.engines.types import ChatOptions, Engine, EngineInfo, liveness_of
+from pocketchat.engines.types import ChatOptions, Engine, EngineInfo
+from pocketchat.ui import enginewatch
 from pocketchat.ui.chat import RESTART_HINT, Chat
 from pocketchat.ui.format import describe_error
 from pocketchat.ui.messages import (
@@ -48,7 +49,6 @@ from pocketchat.ui.widgets import PLACEMENT_WORDS, EngineHeader
 
 EXIT_GRACE = 20.0  # seconds after SIGTERM/SIGHUP before the process ends however far the app got
 CTRL_C_AGAIN = 3.0  # on an idle chat, a second Ctrl+C within this many seconds quits
-LIVENESS_POLL = 0.5  # how often the chat asks whether the model's process responds
 
 
 class ChatApp(App[int]):
@@ -135,7 +135,7 @@ class ChatApp(App[int]):
         self._catch_signals()
         self.query_one(EngineHeader).show(None, "starting")
         self.set_interval(2.0, self._sample_memory)
-        self.set_interval(LIVENESS_POLL, self._watch_engine)
+        self.set_interval(enginewatch.POLL, lambda: enginewatch.watch(self))
         self._open_engine("Loading the model")
 
     # -- the engine ----------------------------------------------------------------------
@@ -180,7 +180,7 @@ class ChatApp(App[int]):
             self.pop_screen()
 
     def on_engine_ready(self, message: EngineReady) -> None:
-        self._starting = self.chat.starting = False
+        self._starting = self.chat.starting = self.chat.stuck = False
         self._prepared = True
         self.engine = self.chat.engine = message.engine
         self.info = self.chat.info = message.engine.info
@@ -216,19 +216,16 @@ class ChatApp(App[int]):
     def on_engine_lost(self, message: EngineLost) -> None:
         self._engine_gone()
 
-    def _engine_gone(self, close: bool = True) -> None:
+    def _engine_gone(self) -> None:
         engine, self.engine = self.engine, None
         self.chat.engine = None
         self.query_one(EngineHeader).show(self.info, "engine stopped")
-        if engine is not None and close:
+        if engine is not None:
             self._close_quietly(engine)
 
     @work(thread=True, group="close")
     def _close_quietly(self, engine: Engine) -> None:
-        try:
-            engine.close()
-        except Exception:  # noqa: BLE001 - a dead engine may fail to close; nothing to do
-            pass
+        enginewatch.end(engine)  # a stuck one is killed: it cannot be asked to close
 
     def _sample_memory(self) -> None:
         if self._memory_probe is not None:
@@ -246,23 +243,6 @@ class ChatApp(App[int]):
             self.chat.notice("The engine stopped while the chat was idle: its worker process ended "
                              "(killed, or out of memory).", RESTART_HINT)
             self.chat.idle_status("No model")
-
-    def _watch_engine(self) -> None:
-        """A model process that stops responding (SIGSTOP, stuck, swapping) is said within 2 s,
-        and again when it resumes."""
-        engine = self.engine
-        if engine is None or self._starting:
-            return
-        found = liveness_of(engine)
-        if found.responding != self.chat.stuck:
-            return  # nothing changed
-        header = self.query_one(EngineHeader)
-        if found.responding:
-            self.chat.engine_resumed()
-            header.show(self.info)
-        else:
-            self.chat.engine_stuck(found)
-            header.show(self.info, "not responding")
 
     # -- actions ---------------------------------------------------------------------------
     def action_stop(self) -> None:
@@ -330,7 +310,6 @@ class ChatApp(App[int]):
             self.notify("The engine is already starting.")
             return
         stream = self.stream
-        stuck = self.engine is not None and not liveness_of(self.engine).responding
         if stream is not None:  # stop the answer (kept, marked interrupted), then restart
             self.notify("Stopping the answer (it is kept), then restarting the engine.")
             self.chat.shutdown()  # a stuck engine lets the answer go at once
@@ -342,11 +321,7 @@ class ChatApp(App[int]):
             if self._starting:
                 return
         if self.engine is not None:
-            engine = self.engine
-            self._engine_gone(close=not stuck)
-            if stuck:  # it cannot be asked to close: ended at once, before another loads
-                await asyncio.to_thread(_end_now, engine)
-        self.chat.stuck = False
+            self._engine_gone()
         self._open_engine("Restarting the engine")
 
     def _catch_signals(self) -> None:
@@ -387,13 +362,7 @@ class ChatApp(App[int]):
         self.chat.shutdown(wait=5.0)
         engine, self.engine = self.engine, None
         if engine is not None:
-            if not liveness_of(engine).responding:
-                _end_now(engine)
-                return
-            try:
-                engine.close()
-            except Exception:  # noqa: BLE001
-                pass
+            enginewatch.end(engine)
 
 
 def about_markdown(info: EngineInfo | None, extra: str | None) -> str:
@@ -410,15 +379,6 @@ def about_markdown(info: EngineInfo | None, extra: str | None) -> str:
     if extra:
         lines += ["", extra]
     return "\n".join(lines)
-
-
-def _end_now(engine: Engine) -> None:
-    """End an engine whose process does not respond: `kill()` (no close to wait for)."""
-    kill = getattr(engine, "kill", None)
-    try:
-        (kill if callable(kill) else engine.close)()
-    except Exception:  # noqa: BLE001 - nothing more to do with it
-        pass
 
 
 def _exit_if_stuck(ended: threading.Event, code: int, grace: float = EXIT_GRACE) -> None:

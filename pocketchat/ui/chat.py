@@ -2,9 +2,7 @@
 
 It knows an `Engine` (handed over by the app once it opens) and the conversation; it knows
 nothing of how the engine starts. When the engine dies mid-answer it says so in the chat and
-posts `EngineLost` for the app. When the app finds the model's process not responding
-(`engine_stuck`) the chat says so, Esc ends the answer at once (the engine lets it go) and
-nothing is sent until it resumes (`engine_resumed`) or Ctrl+R restarts it.
+posts `EngineLost` for the app.
 """
 
 from __future__ import annotations
@@ -14,8 +12,6 @@ import dataclasses
 import threading
 import time
 
-from typing import Callable
-
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.timer import Timer
@@ -24,8 +20,8 @@ from textual.widget import AwaitMount
 from pocketchat import conversations
 from pocketchat.conversations import Conversation, save_problem
 from pocketchat.errors import EngineCrashed, HelperGone
-from pocketchat.engines.types import ChatOptions, Engine, EngineInfo, Liveness, liveness_of
-from pocketchat.ui import modelstate
+from pocketchat.engines.types import ChatOptions, Engine, EngineInfo
+from pocketchat.ui import enginewatch, modelstate
 from pocketchat.ui.follow import Follower
 from pocketchat.ui.format import describe_error, prompt_progress_line, restoring_line
 from pocketchat.ui.messages import EngineLost
@@ -45,13 +41,9 @@ from pocketchat.ui.widgets import (
     figures_line,
 )
 
-ENGINE_WAIT = 120.0  # the longest a new answer waits for a state save or load to end
-SHOW_WAIT = 1.0  # the longest a new answer waits for the screen to show the message
+from pocketchat.ui.enginewatch import ENGINE_WAIT
 STATUS_INTERVAL = 0.5  # the status bar's figures change at most twice a second while streaming
 RESTART_HINT = "Ctrl+R restarts the engine (this conversation is kept); Ctrl+N starts a new chat."
-STUCK_STATE = "Not responding · Ctrl+R restarts"
-STUCK_HINT = ("Ctrl+R restarts it (this conversation is kept). If the process resumes, the chat "
-              "goes on by itself.")
 
 
 class Chat(Vertical):
@@ -80,7 +72,7 @@ class Chat(Vertical):
         self.engine: Engine | None = None
         self.info: EngineInfo | None = None
         self.starting = False  # the app is opening an engine
-        self.stuck = False  # the engine's process does not respond (the app watches it)
+        self.stuck = False  # the engine's process does not respond (see enginewatch)
         self.memory: int | None = None
         self.stream: AnswerStream | None = None
         self.last_stream: AnswerStream | None = None  # whether the chat is saved, for the reminder at exit
@@ -180,9 +172,7 @@ class Chat(Vertical):
             why = "still loading" if self.starting else "not running (Ctrl+R restarts it)"
             self.notify(f"The model is {why}.", severity="warning")
             return
-        if self.stuck or not liveness_of(self.engine).responding:  # the prompt keeps the text
-            self.notify("The model process is not responding: Ctrl+R restarts it (this "
-                        "conversation is kept).", severity="warning")
+        if enginewatch.refused(self):  # the prompt keeps the text
             return
         prompt = self.query_one(PromptInput)
         prompt.remember(event.text)
@@ -202,7 +192,8 @@ class Chat(Vertical):
         shown = threading.Event()
         stream = AnswerStream(self.engine, conversation, message, history, options,
                               save_interval=self.save_interval,
-                              wait_engine=self._engine_waiter(shown))
+                              wait_engine=enginewatch.answer_waiter(shown, self.last_stream,
+                                                                    self._restored))
         self.stream = self.last_stream = stream  # set before any await: an answer is under way
         view = AnswerView(streaming=True)
         for welcome in self.chat_log.query(Welcome):
@@ -233,15 +224,14 @@ class Chat(Vertical):
         else:  # every tick: a layout that came later (a folded thinking box) moved the text
             follower.follow(view)
         state = "Answering" if view.text else "Thinking" if view.thinking else "Waiting for the first token"
-        if self.stuck:
-            state = STUCK_STATE
-        elif stream.cancelled and not view.text:
+        if stream.cancelled and not view.text:
             state = "Stopping"  # Esc: what it said at once stays until the answer ends
         elif not self._restored.is_set() and not view.text:
             state = restoring_line()  # the answer waits for the state it goes on from
         elif update.progress is not None and not view.text and not view.thinking:
             p = update.progress
             state = prompt_progress_line(p.done, p.total, p.tok_s, p.seconds_left)
+        state = enginewatch.shown_state(self.stuck, state)
         now = time.monotonic()
         if update.done or state != self._shown_state or now - self._status_at >= STATUS_INTERVAL:
             self._shown_state, self._status_at = state, now
@@ -293,7 +283,7 @@ class Chat(Vertical):
             self.notice(f"Could not save the conversation: {stream.save_error}",
                         save_problem(stream.save_error, self.conversation.path.parent)
                         + " The chat goes on, unsaved.", "warning")
-        self.idle_status(STUCK_STATE if self.stuck else "Stopped" if message.interrupted else "Ready")
+        self.idle_status(enginewatch.shown_state(self.stuck, "Stopped" if message.interrupted else "Ready"))
         mounting, self._mounting = self._mounting, []
         for mounted in mounting:  # the notices above are on screen before the answer counts as done
             await mounted
@@ -309,24 +299,6 @@ class Chat(Vertical):
         else:
             self.notice(f"The answer failed: {text}", hint or RESTART_HINT)
 
-    def engine_stuck(self, found: Liveness) -> None:
-        """The engine's process stopped responding: say so, and what to do."""
-        self.stuck = True
-        text = found.message or "the model process is not responding"
-        hint = STUCK_HINT if self.stream is None else "Esc ends the answer here (its text is kept). " + STUCK_HINT
-        text = text[:1].upper() + text[1:] + "."
-        self.notice(text, hint, "warning")  # in the conversation, after the answer in flight
-        self.notify(f"{text} {hint}", title="Not responding", severity="error", timeout=10,
-                    markup=False)  # in view at once, whatever the log shows
-        self.status(dataclasses.replace(self.query_one(StatusBar).figures, state=STUCK_STATE))
-
-    def engine_resumed(self) -> None:
-        """The engine's process responds again (it was resumed)."""
-        self.stuck = False
-        self.notice("The model process responds again.", kind="info")
-        if self.stream is None:
-            self.idle_status()
-
     def stop(self) -> None:
         """Esc: ask the engine to stop; the answer ends when it does."""
         if self.stream is not None:
@@ -339,20 +311,6 @@ class Chat(Vertical):
             self.stream.cancel()
         if wait and self.last_stream is not None:  # the answer saved, and the model's state
             self.last_stream.wait_settled(wait)
-
-    def _engine_waiter(self, shown: threading.Event) -> Callable[[], None]:
-        """What a new answer's thread waits for first: the screen showing the message (laying
-        out the chat takes a core that the model's first tokens would otherwise lose), the
-        previous answer's end and state save, and a state load (one engine call at a time)."""
-        last, restored = self.last_stream, self._restored
-
-        def wait() -> None:
-            shown.wait(SHOW_WAIT)
-            if last is not None:
-                last.wait_settled(ENGINE_WAIT)
-            restored.wait(ENGINE_WAIT)
-
-        return wait
 
     # -- the model's saved state ------------------------------------------------------------
     def restore_state(self) -> None:
