@@ -9,7 +9,7 @@ from support.uitools import SIZE, ready, run, screen_text, send, status_text, wa
 
 from pocketchat.engines.types import Liveness, WatchedEngine
 from pocketchat.ui.app import create_app
-from pocketchat.ui.widgets import PromptInput
+from pocketchat.ui.widgets import Notice, PromptInput
 
 STOPPED = Liveness(False, 0.5, "stopped")
 
@@ -30,6 +30,10 @@ class StuckEngine(ScriptedEngine):
         self.close()
 
 
+def notices(app) -> str:
+    return "\n".join(str(n.render()) for n in app.query(Notice))
+
+
 def make_app(*engines: StuckEngine):
     factory = Factory(*engines)
     return create_app(factory, memory_probe=lambda: 250_000_000), factory
@@ -47,13 +51,13 @@ def test_a_stuck_engine_is_said_esc_ends_the_answer_and_ctrl_r_kills_and_reopens
             await send(pilot, "Tell me a story.")
             await wait_for(pilot, stuck.held.is_set, what="the answer to be under way")
             stuck.alive = STOPPED  # SIGSTOP
-            await wait_for(pilot, lambda: "The model process is not responding" in screen_text(app),
-                           what="the chat to say so")
-            screen = screen_text(app)
-            assert "Not responding · Ctrl+R restarts" in status_text(app)
-            assert "Ctrl+R restarts it" in screen
+            await wait_for(pilot, lambda: "Not responding · Ctrl+R restarts" in screen_text(app),
+                           what="the status bar to say so")
             assert "not responding" in app.query_one("#header").render().plain
-            assert "memory" not in screen.lower()
+            said = notices(app)  # in the conversation, below the answer in flight
+            assert "The model process is not responding: it was stopped by a signal" in said
+            assert "Esc ends the answer here" in said and "Ctrl+R restarts it" in said
+            assert "memory" not in said.lower()
 
             await pilot.press("escape")  # the engine lets the answer go: it ends at once
             await wait_for(pilot, lambda: app.stream is None, what="the answer to end")
@@ -61,6 +65,8 @@ def test_a_stuck_engine_is_said_esc_ends_the_answer_and_ctrl_r_kills_and_reopens
             assert answer.role == "assistant" and answer.interrupted
             assert answer.content == "Once upon a"  # the text so far is kept
             assert "Not responding" in status_text(app)
+            await wait_for(pilot, lambda: "The model process is not responding" in screen_text(app),
+                           what="the notice in view once the answer ended")
 
             prompt = app.query_one(PromptInput)
             await send(pilot, "Are you there?")
@@ -90,7 +96,7 @@ def test_an_engine_that_resumes_is_said_and_answers_again():
             await ready(pilot)
             engine.alive = Liveness(False, 3.0, "silent")  # stuck while idle
             await wait_for(pilot, lambda: "nothing heard from it for 3 s" in screen_text(app),
-                           what="the chat to say so")
+                           what="the chat to say so")  # idle: the notice is in view
             assert "Not responding" in status_text(app)
             engine.alive = Liveness()  # SIGCONT
             await wait_for(pilot, lambda: "responds again" in screen_text(app), what="the resume")
