@@ -550,7 +550,14 @@ class WorkerEngine:
     def close(self) -> None:
         if self._closed:
             return
+        stuck = not self.liveness().responding
         self._closed = True
+        if stuck:  # it cannot be asked to close: no waiting for it
+            self._killed = self._killed or "it was not responding"
+            try:
+                self._proc.kill()
+            except (OSError, ValueError, AttributeError):
+                pass
         if self._current:
             self.cancel()
         self._finalizer()
