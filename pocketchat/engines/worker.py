@@ -49,10 +49,9 @@ import sys
 import threading
 import time
 import weakref
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
-
-from dataclasses import replace
 
 from pocketchat.errors import EngineCrashed, EngineError, EngineNotResponding
 from pocketchat.engines.child import FLUSH_SECONDS, main as child_main
