@@ -118,6 +118,14 @@ class EngineError(PocketchatError, RuntimeError):
     """The runtime refused a request (bad options, load failure)."""
 
 
+class EngineNotResponding(EngineError):
+    """The model's worker process is alive but does not answer: stopped by a signal (SIGSTOP,
+    Ctrl+Z), stuck, or starved by the system (a swap storm)."""
+
+    hint = ("Restart the model (Ctrl+R in the chat; the conversation is kept). If the process "
+            "resumes (SIGCONT), it goes on by itself.")
+
+
 class BackendMissing(PocketchatError, ImportError):
     """A backend library that is not installed or cannot run on this machine."""
 

@@ -136,7 +136,13 @@ def _serve(args: argparse.Namespace, choice, sock: socket.socket, api_key: str |
     server: uvicorn.Server | None = None
 
     def on_state(host: EngineHost) -> None:
-        if host.state == "ready":
+        if host.state == "not_responding" and host.error is not None:
+            print(one_line(f"{host.error.message}; requests get a 503 until it resumes, or until "
+                           f"it is restarted in {host.restart_stuck:.0f} s"), file=sys.stderr, flush=True)
+        elif host.state == "ready" and host.previous == "not_responding":
+            print(one_line(f"the model process responds again: {name} at {url}"), file=sys.stderr,
+                  flush=True)
+        elif host.state == "ready":
             what = "restarted after a crash" if host.restarts else "ready"
             info["meta"]["parallel"] = host.slots  # fewer when the engine cannot batch this model
             if host.one_at_a_time and not host.restarts:

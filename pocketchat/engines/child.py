@@ -9,6 +9,8 @@ goes at once (time to first token), then at most one every `chunk_interval` seco
 (FLUSH_SECONDS unless the parent asks for another: the chat asks for its screen's pace).
 While a long prompt is read, its progress chunks (one per piece of the prompt) pass the same
 way: the first at once, and the first token after them at once too.
+A beat thread sends ("beat",) every `liveness.BEAT_SECONDS` from the start, loading included,
+so the parent knows within seconds when this process stops answering (see `liveness`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from pocketchat.errors import BackendMissing, EngineError, PocketchatError
+from pocketchat.engines.liveness import BEAT_SECONDS
 from pocketchat.engines.types import ChatOptions, Chunk, Message, Stats
 from pocketchat.types import LoadPlan
 
@@ -107,10 +110,22 @@ def main(conn: Any, plan: LoadPlan, path: str, name: str | None,
         with send_lock:
             conn.send(msg)
 
+    threading.Thread(target=_beat, args=(send,), name="pocketchat-beat", daemon=True).start()
     engine = _load(plan, path, name, send)
     if engine is not None:
         send(("ready", engine.info))
         _serve(engine, conn, send, chunk_interval)
+
+
+def _beat(send: Callable[[tuple], None], interval: float = BEAT_SECONDS) -> None:
+    """Tell the parent this process still runs, every `interval` seconds, until the pipe closes.
+    llama.cpp's native calls release the GIL (ctypes), so a long decode does not hold it back."""
+    while True:
+        time.sleep(interval)
+        try:
+            send(("beat",))
+        except Exception:  # noqa: BLE001 - the parent is gone: nothing to tell
+            return
 
 
 def _load(plan: LoadPlan, path: str, name: str | None, send: Callable[[tuple], None]) -> Any:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterator, Sequence
 
-from pocketchat.engines.types import ChatOptions, Chunk, Engine, EngineInfo, Message
+from pocketchat.engines.types import ChatOptions, Chunk, Engine, EngineInfo, Liveness, Message, liveness_of
 from pocketchat.errors import EngineCrashed, HelperGone, HelperUnreachable
 from pocketchat.rpc.wire import reachable
 
@@ -68,6 +68,15 @@ class PooledEngine:
         """The inner engine's live figures (none when it has none)."""
         fn = getattr(self.inner, "status", None)
         return fn() if callable(fn) else {}
+
+    def liveness(self) -> Liveness:
+        """The inner worker's (see `types.WatchedEngine`)."""
+        return liveness_of(self.inner)
+
+    def kill(self) -> None:
+        """End the inner worker at once (see `types.WatchedEngine`)."""
+        kill = getattr(self.inner, "kill", None)
+        (kill if callable(kill) else self.inner.close)()
 
     def close(self) -> None:
         self.inner.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterator, Literal, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterator, Literal, Protocol, Sequence, runtime_checkable
 
 from pocketchat.errors import EngineError, PocketchatError
 
@@ -175,6 +175,33 @@ class EngineInfo:
     parallel_note: str = ""  # why a plan's parallel N > 1 runs one at a time here ("" if not)
 
 
+NOT_RESPONDING = "the model process is not responding"
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """Whether the process that runs the model answers (`WatchedEngine.liveness()`).
+
+    `reason` is "stopped" (a signal stopped it: SIGSTOP, Ctrl+Z; the system's process state
+    says so) or "silent" (nothing heard from it for `silent_seconds` while it used no CPU:
+    stuck, or starved by swapping); "" while it responds.
+    """
+
+    responding: bool = True
+    silent_seconds: float = 0.0
+    reason: Literal["", "stopped", "silent"] = ""
+
+    @property
+    def message(self) -> str:
+        """'the model process is not responding (...)' for the user; "" while it responds."""
+        if self.responding:
+            return ""
+        if self.reason == "stopped":
+            return f"{NOT_RESPONDING}: it was stopped by a signal (SIGSTOP or Ctrl+Z)"
+        return (f"{NOT_RESPONDING}: nothing heard from it for {self.silent_seconds:.0f} s "
+                "(stuck, or the system is short of memory and swapping)")
+
+
 @runtime_checkable
 class Engine(Protocol):
     """A loaded model that answers conversations."""
@@ -207,3 +234,30 @@ class StatefulEngine(Engine, Protocol):
     def load_state(self, path: Path) -> str | None:
         """Restore a state `save_state` wrote; None when it loaded, else a note saying why not."""
         ...
+
+
+@runtime_checkable
+class WatchedEngine(Engine, Protocol):
+    """An engine whose model runs in a process of its own, watched for liveness: an answer in
+    flight waits while the process does not respond (it may resume), `cancel()` ends it at once
+    then (finish_reason 'cancelled'), and new requests raise `EngineNotResponding`."""
+
+    def liveness(self) -> Liveness:
+        """The latest verdict (sampled a few times a second; cheap to call)."""
+        ...
+
+    def kill(self) -> None:
+        """End the process at once (a stuck one cannot be asked to stop) and close the engine."""
+        ...
+
+
+def liveness_of(engine: Any) -> Liveness:
+    """`engine.liveness()`, or "responding" for an engine with no process of its own."""
+    fn = getattr(engine, "liveness", None)
+    if not callable(fn):
+        return Liveness()
+    try:
+        found = fn()
+    except Exception:  # noqa: BLE001 - a closed engine: nothing to watch
+        return Liveness()
+    return found if isinstance(found, Liveness) else Liveness()

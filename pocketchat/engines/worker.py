@@ -11,9 +11,12 @@ Protocol (pickled tuples over one duplex pipe):
   child -> parent   ("progress", stage, fraction) | ("ready", EngineInfo)
                     | ("load_error", PocketchatError) | ("chunk", req, Chunk)
                     | ("result", req, value or PocketchatError)  (status: a dict)
-With a plan's `parallel` N > 1 (and an engine that decodes N together: `info.sequences`), up
-to N answers are in flight at once: a router thread reads the pipe and hands each request's
-messages to its own queue, and each answer (`WorkerAnswer`) can be cancelled alone.
+                    | ("beat",)  (every liveness.BEAT_SECONDS, from a thread of its own)
+A reader thread (`_Reader`) takes every message from the pipe as it comes: beats and the
+process's state feed the liveness rule (`liveness.Watch`: `liveness()`), answers go to their
+request's queue, the rest to the inbox the callers read. With a plan's `parallel` N > 1 (and an
+engine that decodes N together: `info.sequences`), up to N answers are in flight at once, each
+with its own queue, and each answer (`WorkerAnswer`) can be cancelled alone.
 The child (`child.main`) coalesces deltas: it sends the first chunk of an answer at once (time
 to first token) and then at most one chunk every `chunk_interval` seconds (FLUSH_SECONDS, 30 ms,
 unless the owner asks for another), so the pipe costs the generation loop one small send per
@@ -27,6 +30,11 @@ parent as the same pocketchat error, fields and hint included (errors pickle who
 (abort, segfault, kill -9, out of memory), the caller gets `EngineCrashed` with the exit code
 or signal name; the messages passed to `chat()` are never modified, and a new engine can be
 opened at once (also after multiprocessing's resource tracker died: it is relaunched).
+
+A worker that stops answering (SIGSTOP, stuck, a swap storm) is known within 2 s
+(`liveness()`): an answer in flight waits for it (it may resume), `cancel()` ends that answer at
+once (finish_reason 'cancelled'; the worker drops it if it resumes), new requests raise
+`EngineNotResponding`, and `kill()` ends the process without waiting for it.
 """
 
 from __future__ import annotations
@@ -41,15 +49,19 @@ import sys
 import threading
 import time
 import weakref
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from pocketchat.errors import EngineCrashed, EngineError
+from pocketchat.errors import EngineCrashed, EngineError, EngineNotResponding
 from pocketchat.engines.child import FLUSH_SECONDS, main as child_main
-from pocketchat.engines.types import ChatOptions, Chunk, EngineInfo, Message
+from pocketchat.engines.liveness import BEAT_SECONDS, ProcessProbe, Watch
+from pocketchat.engines.types import ChatOptions, Chunk, EngineInfo, Liveness, Message, Stats
 from pocketchat.types import LoadPlan
 
 _WORKER_IDS = itertools.count(1)
+_GONE = object()  # in a queue: the pipe closed (the child ended, or the engine was closed)
+_WAKE = object()  # in a queue: a cancel: the waiting caller looks again at once
 
 
 def log_tail(log_path: str | None, lines: int = 3) -> str:
@@ -70,7 +82,60 @@ def log_tail(log_path: str | None, lines: int = 3) -> str:
 # -- the parent -----------------------------------------------------------------------------
 
 
-def describe_exit(exitcode: int | None) -> str:
+class _Reader:
+    """Every message from the child, taken from the pipe as it comes (a thread of its own, so
+    beats never pile up): beats and periodic samples of the process feed `watch`; chunks and
+    results of a request with a queue in `routes` go there, the rest to `inbox`; `_GONE` goes
+    to every queue when the pipe closes. It holds no reference to the engine (the engine's
+    finalizer must still run when it is dropped)."""
+
+    def __init__(self, conn: Any, proc: Any) -> None:
+        self.conn, self.sentinel = conn, proc.sentinel
+        self.inbox: queue.Queue = queue.Queue()
+        self.routes: dict[int, queue.Queue] = {}
+        self.watch = Watch(time.monotonic())
+        self.probe = ProcessProbe(proc.pid)
+        self.gone = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True, name="pocketchat-reader")
+        self.thread.start()
+
+    def _run(self) -> None:
+        sampled = 0.0
+        try:
+            while True:
+                ready = multiprocessing.connection.wait([self.conn, self.sentinel], BEAT_SECONDS)
+                if self.conn in ready or (ready and self.conn.poll()):
+                    msg = self.conn.recv()
+                    self.watch.heard(time.monotonic())
+                    if msg[0] != "beat":
+                        self._deliver(msg)
+                elif ready:  # the child ended and nothing is left to read
+                    return
+                now = time.monotonic()
+                if now - sampled >= BEAT_SECONDS:
+                    sampled = now
+                    stopped, cpu = self.probe()
+                    self.watch.judge(now, stopped=stopped, cpu_seconds=cpu)
+        except (EOFError, OSError, ValueError, TypeError):  # closed, by the child or the engine
+            return
+        finally:
+            self.gone.set()
+            self.inbox.put(_GONE)
+            for inbox in list(self.routes.values()):
+                inbox.put(_GONE)
+
+    def _deliver(self, msg: tuple) -> None:
+        if msg[0] in ("chunk", "result"):
+            inbox = self.routes.get(msg[1])
+            if inbox is not None:
+                inbox.put(msg)
+                return
+        self.inbox.put(msg)
+
+
+def describe_exit(exitcode: int | None, stuck: bool = False) -> str:
+    """How the worker ended, for a message; `stuck`: it was not responding before it ended
+    (then a kill is not guessed to be the out-of-memory killer's)."""
     if exitcode is None:
         return "stopped answering"
     if exitcode < 0:
@@ -80,7 +145,9 @@ def describe_exit(exitcode: int | None) -> str:
             sig = f"signal {-exitcode}"
         why = {"SIGKILL": " (killed; often the out-of-memory killer)", "SIGSEGV": " (a crash in the backend)",
                "SIGABRT": " (the backend aborted)"}.get(sig, "")
-        return f"was stopped by {sig}{why}"
+        if stuck:
+            why = " after it had stopped responding"
+        return f"was ended by {sig}{why}"
     return f"exited with code {exitcode}"
 
 
@@ -152,8 +219,10 @@ class WorkerEngine:
         self._req = 0
         self._current = 0
         self.parallel = plan.parallel  # what the loaded engine decodes together: set when ready
-        self._routes: dict[int, queue.Queue] = {}
-        self._router: threading.Thread | None = None
+        self._stopping: set[int] = set()  # requests asked to stop (cancel)
+        self._killed = ""  # why this engine ended its worker itself ("": it did not)
+        self._reader = _Reader(self._conn, self._proc)
+        self._inbox, self._routes = self._reader.inbox, self._reader.routes
         self._finalizer = weakref.finalize(self, _reap, self._proc, self._conn)
         if wait and not self.wait_ready(timeout):
             self.close()
@@ -176,7 +245,12 @@ class WorkerEngine:
         if self._crash is None:
             self._proc.join(5)
             code = self._proc.exitcode
-            message = f"the model worker {describe_exit(code)} {when}"
+            ended = self._killed or ("the engine was closed" if self._closed else "")
+            if ended:  # this process ended it: never blamed on memory or a crash
+                message = f"the model worker was shut down {when} ({ended})"
+            else:
+                stuck = not self._reader.watch.verdict.responding
+                message = f"the model worker {describe_exit(code, stuck)} {when}"
             tail = log_tail(self.log_path)
             if tail:
                 message += f"; its last output: {tail} (full log: {self.log_path})"
@@ -184,18 +258,52 @@ class WorkerEngine:
         return self._crash
 
     def _recv(self, timeout: float | None = None, when: str = "") -> tuple | None:
-        """The next message, None on timeout; EngineCrashed when the child is gone."""
+        """The next message of the inbox, None on timeout (or a cancel's wake-up: look again);
+        EngineCrashed when the child is gone."""
         if self._crash is not None:
             raise self._crash
-        ready = multiprocessing.connection.wait([self._conn, self._proc.sentinel], timeout)
-        if not ready:
+        try:
+            msg = self._inbox.get(timeout=timeout)
+        except queue.Empty:
             return None
-        if self._conn in ready or self._conn.poll():
-            try:
-                return self._conn.recv()
-            except (EOFError, OSError):
-                pass
-        raise self._crashed(when)
+        if msg is _GONE:
+            self._inbox.put(_GONE)  # every later reader sees it too
+            raise self._crashed(when)
+        return msg if isinstance(msg, tuple) else None
+
+    # -- liveness ---------------------------------------------------------------------------
+
+    def liveness(self) -> Liveness:
+        """Whether the worker answers (see `liveness`): sampled a few times a second."""
+        if self._crash is not None or self._closed or self._reader.gone.is_set():
+            return Liveness()  # ended: the crash or the close says so, not this
+        return self._reader.watch.verdict
+
+    def _not_responding(self) -> EngineNotResponding:
+        return EngineNotResponding(self.liveness().message or "the model process is not responding")
+
+    def _refuse_if_stuck(self) -> None:
+        if not self.liveness().responding:
+            raise self._not_responding()
+
+    def _let_go(self, req: int) -> bool:
+        """The caller asked this answer to stop and the worker does not respond: end it here."""
+        return req in self._stopping and not self.liveness().responding
+
+    def kill(self) -> None:
+        """End the worker process at once (SIGKILL: a stopped or stuck one cannot be asked to
+        stop) and close the engine; an answer still waiting ends with `EngineCrashed` saying so."""
+        if self._closed:
+            return
+        stuck = not self.liveness().responding
+        self._killed = "it was not responding" if stuck else "it was ended on request"
+        self._crash = EngineCrashed(f"the model worker was shut down: {self._killed}",
+                                    exitcode=-signal.SIGKILL)
+        try:
+            self._proc.kill()
+        except (OSError, ValueError, AttributeError):
+            pass
+        self.close()
 
     # -- loading ----------------------------------------------------------------------------
 
@@ -208,7 +316,7 @@ class WorkerEngine:
                 return False
             msg = self._recv(left, "while loading the model")
             if msg is None:
-                return False
+                continue  # the deadline is checked above
             if msg[0] == "progress":
                 self.progress = (msg[1], msg[2])
                 if self._on_progress:
@@ -251,6 +359,7 @@ class WorkerEngine:
             raise EngineError("the engine is closed", hint="Open the model again.")
         if not self.ready:
             self.wait_ready()
+        self._refuse_if_stuck()
         if not self._chat_lock.acquire(blocking=False):
             raise EngineError("the engine is already answering; cancel that answer first")
         finished = False
@@ -258,16 +367,25 @@ class WorkerEngine:
             self._req += 1
             req = self._current = self._req
             self._send((kind, req, messages, options))
+            stats = Stats()
             while True:
-                msg = self._recv(None, "while answering")
-                if msg is not None and msg[0] == "chunk" and msg[1] == req:
+                msg = self._recv(BEAT_SECONDS, "while answering")
+                if msg is None:
+                    if self._let_go(req):
+                        finished = True
+                        yield _let_go_chunk(stats)
+                        return
+                    continue
+                if msg[0] == "chunk" and msg[1] == req:
                     chunk: Chunk = msg[2]
+                    stats = chunk.stats
                     finished = chunk.finish_reason is not None
                     yield chunk
                     if finished:
                         return
         finally:
             self._current = 0
+            self._stopping.discard(req)
             if not finished and self._crash is None:
                 self._abandon(req)
             self._chat_lock.release()
@@ -280,35 +398,23 @@ class WorkerEngine:
             raise EngineError("the engine is closed", hint="Open the model again.")
         if not self.ready:
             self.wait_ready()
+        self._refuse_if_stuck()
         with self._send_lock:
             self._req += 1
             req = self._req
             self._routes[req] = inbox = queue.Queue()
-        self._start_router()
         return WorkerAnswer(self, req, self._answer_shared(req, inbox, messages, options, kind))
 
-    def _start_router(self) -> None:
-        with self._send_lock:
-            if self._router is None:
-                self._router = threading.Thread(target=self._route, daemon=True,
-                                                name="pocketchat-router")
-                self._router.start()
-
-    def _route(self) -> None:
-        """Hand every message from the child to the queue of its request."""
-        while not self._closed:
-            try:
-                msg = self._recv(None, "while answering")
-            except EngineCrashed as exc:
-                for inbox in list(self._routes.values()):
-                    inbox.put(exc)
-                return
-            except (OSError, ValueError):  # closed under us
-                return
-            if msg is not None and msg[0] in ("chunk", "result"):
-                inbox = self._routes.get(msg[1])
-                if inbox is not None:
-                    inbox.put(msg)
+    def _take(self, inbox: queue.Queue, when: str) -> tuple | None:
+        """The next message of a request's queue, None after BEAT_SECONDS or a wake-up."""
+        try:
+            msg = inbox.get(timeout=BEAT_SECONDS)
+        except queue.Empty:  # a queue made after the reader ended gets no _GONE of its own
+            msg = _GONE if self._reader.gone.is_set() else None
+        if msg is _GONE:
+            inbox.put(_GONE)
+            raise self._crashed(when)
+        return msg if isinstance(msg, tuple) else None
 
     def _answer_shared(self, req: int, inbox: queue.Queue,
                        messages: tuple[Message, ...] | str | tuple[int, ...],
@@ -318,16 +424,23 @@ class WorkerEngine:
             if self._crash is not None:
                 raise self._crash
             self._send((kind, req, messages, options))
+            stats = Stats()
             while True:
-                msg = inbox.get()
-                if isinstance(msg, BaseException):
-                    raise msg
+                msg = self._take(inbox, "while answering")
+                if msg is None:
+                    if self._let_go(req):
+                        finished = True
+                        yield _let_go_chunk(stats)
+                        return
+                    continue
                 chunk: Chunk = msg[2]
+                stats = chunk.stats
                 finished = chunk.finish_reason is not None
                 yield chunk
                 if finished:
                     return
         finally:
+            self._stopping.discard(req)
             if not finished and self._crash is None and not self._closed:
                 self._stop_shared(req, inbox)
             self._routes.pop(req, None)
@@ -340,12 +453,12 @@ class WorkerEngine:
         except EngineCrashed:
             return
         deadline = time.monotonic() + 10
-        while (left := deadline - time.monotonic()) > 0:
-            try:
-                msg = inbox.get(timeout=left)
-            except queue.Empty:
-                break
-            if isinstance(msg, BaseException) or (msg[0] == "chunk" and msg[2].finish_reason):
+        while deadline - time.monotonic() > 0 and self.liveness().responding:
+            try:  # a worker that does not respond drops the answer if it resumes
+                msg = self._take(inbox, "while answering")
+            except EngineCrashed:
+                return
+            if msg is not None and msg[0] == "chunk" and msg[2].finish_reason:
                 return
 
     def save_state(self, path: Path) -> int:
@@ -365,17 +478,16 @@ class WorkerEngine:
             raise EngineError("the engine is closed", hint="Open the model again.")
         if not self.ready:
             self.wait_ready()
+        self._refuse_if_stuck()
         if self.parallel > 1:
             with self._send_lock:
                 self._req += 1
                 req = self._req
                 self._routes[req] = inbox = queue.Queue()
-            self._start_router()
             try:
                 self._send((name, req, *args))
-                msg = inbox.get()
-                if isinstance(msg, BaseException):
-                    raise msg
+                while (msg := self._take(inbox, f"during {name}")) is None:
+                    self._refuse_if_stuck()  # its late result is dropped (no queue for it)
                 if isinstance(msg[2], BaseException):
                     raise msg[2]
                 return msg[2]
@@ -388,8 +500,10 @@ class WorkerEngine:
             req = self._req
             self._send((name, req, *args))
             while True:
-                msg = self._recv(None, f"during {name}")
-                if msg is not None and msg[0] == "result" and msg[1] == req:
+                msg = self._recv(BEAT_SECONDS, f"during {name}")
+                if msg is None:
+                    self._refuse_if_stuck()  # its late result is skipped (another request's)
+                elif msg[0] == "result" and msg[1] == req:
                     if isinstance(msg[2], BaseException):
                         raise msg[2]
                     return msg[2]
@@ -402,10 +516,10 @@ class WorkerEngine:
             self._send(("cancel", req))
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:
-                msg = self._recv(max(0.0, deadline - time.monotonic()))
-                if msg is None:
-                    break
-                if msg[0] == "chunk" and msg[1] == req and msg[2].finish_reason:
+                if not self.liveness().responding:
+                    return  # it drops the answer if it resumes; each answer reads its own chunks
+                msg = self._recv(min(BEAT_SECONDS, max(0.0, deadline - time.monotonic())))
+                if msg is not None and msg[0] == "chunk" and msg[1] == req and msg[2].finish_reason:
                     return
             self._crash = EngineCrashed("the model worker did not stop; it was shut down")
             self._finalizer()
@@ -415,22 +529,34 @@ class WorkerEngine:
     def cancel(self) -> None:
         if self.parallel > 1:  # every answer in flight (a WorkerAnswer cancels itself alone)
             for req in list(self._routes):
-                try:
-                    self._send(("cancel", req))
-                except EngineCrashed:
-                    return
+                self._stop(req)
             return
         req = self._current
         if req and self._crash is None and not self._closed:
-            try:
-                self._send(("cancel", req))
-            except EngineCrashed:
-                pass
+            self._stop(req)
+
+    def _stop(self, req: int) -> None:
+        """Ask the child to stop answer `req`, and wake its reader (which lets the answer go
+        at once when the worker does not respond)."""
+        self._stopping.add(req)
+        try:
+            self._send(("cancel", req))
+        except EngineCrashed:
+            pass
+        inbox = self._routes.get(req, self._inbox)
+        inbox.put(_WAKE)
 
     def close(self) -> None:
         if self._closed:
             return
+        stuck = not self.liveness().responding
         self._closed = True
+        if stuck:  # it cannot be asked to close: no waiting for it
+            self._killed = self._killed or "it was not responding"
+            try:
+                self._proc.kill()
+            except (OSError, ValueError, AttributeError):
+                pass
         if self._current:
             self.cancel()
         self._finalizer()
@@ -456,10 +582,12 @@ class WorkerAnswer:
     def cancel(self) -> None:
         worker = self._worker
         if worker._crash is None and not worker._closed and self.req in worker._routes:
-            try:
-                worker._send(("cancel", self.req))
-            except EngineCrashed:
-                pass
+            worker._stop(self.req)
 
     def close(self) -> None:
         self._chunks.close()  # type: ignore[attr-defined]
+
+
+def _let_go_chunk(stats: Stats) -> Chunk:
+    """The end of an answer let go because its worker does not respond."""
+    return Chunk(stats=replace(stats, stop_reason="cancelled"), finish_reason="cancelled")

@@ -16,6 +16,11 @@ engine's live figures (`status()`: its prompt cache) are asked after each answer
 engine thread, and /health shows the latest.
 `close_doors()` (the server stopping) ends the answer in progress and turns away the requests
 still waiting.
+A worker that stops answering (SIGSTOP, stuck, a swap storm: `types.liveness_of`, checked every
+LIVENESS_POLL seconds) is "not_responding" on /health within 2 s: the answers in flight end at
+once with a 503 (`model_not_responding`, or an error event in a stream), new requests get the
+same 503; when it resumes the host is "ready" again, and after `restart_stuck` seconds without
+it resuming the worker is killed and the model loaded again (`restarts` counts it).
 """
 
 from __future__ import annotations
@@ -30,10 +35,13 @@ from typing import AsyncIterator, Callable, Iterator, Literal, Sequence
 
 import anyio
 
-from pocketchat.engines.types import ChatOptions, Chunk, Engine, Message
-from pocketchat.errors import ApiError, EngineCrashed, PocketchatError, UnsupportedRequest
+from pocketchat.engines.types import ChatOptions, Chunk, Engine, Liveness, Message, liveness_of
+from pocketchat.errors import (ApiError, EngineCrashed, EngineNotResponding, PocketchatError,
+                               UnsupportedRequest)
 
-State = Literal["loading", "ready", "error"]
+State = Literal["loading", "ready", "error", "not_responding"]
+LIVENESS_POLL = 0.25  # how often the host asks whether the worker responds
+RESTART_STUCK = 30.0  # seconds a worker may stay not responding before it is restarted
 Run = Callable[[Engine], Iterator[Chunk]]  # one answer, asked of the loaded engine
 
 
@@ -86,6 +94,8 @@ class Answer:
 
     async def __aiter__(self) -> AsyncIterator[Chunk]:
         while (item := await self._items.get()) is not None:
+            if isinstance(item, EngineNotResponding):  # asked of a worker that had just stopped
+                item = not_responding(Liveness(False), item.message)
             if isinstance(item, BaseException):
                 self.finished = True
                 self.crashed = isinstance(item, EngineCrashed)
@@ -99,6 +109,13 @@ class Answer:
         if not self.finished:
             self._stop = True
             self._cancel_engine()
+
+    def fail(self, exc: BaseException) -> None:
+        """End this answer for its reader now with `exc`, and ask the engine to stop it (a
+        worker that does not respond lets it go at once)."""
+        if not self.finished:
+            self.cancel()
+            self._items.put_nowait(exc)
 
     def _cancel_engine(self) -> None:
         """This answer alone when the engine runs several (its answer has `cancel`)."""
@@ -117,13 +134,14 @@ class EngineHost:
 
     def __init__(self, opener: Callable[[], Engine], *, queue_size: int = 8, slots: int = 1,
                  on_state: Callable[["EngineHost"], None] | None = None,
-                 one_at_a_time: str | None = None) -> None:
+                 one_at_a_time: str | None = None, restart_stuck: float = RESTART_STUCK) -> None:
         self._opener = opener
         self._on_state = on_state
         self.queue_size = queue_size
         self.slots = max(1, slots)
         self.one_at_a_time = one_at_a_time  # why a backend answers one at a time, for /health
         self.state: State = "loading"
+        self.previous: State = "loading"  # the state before the last change (on_state reads it)
         self.error: PocketchatError | None = None
         self.engine: Engine | None = None
         self.waiting = 0
@@ -140,6 +158,10 @@ class EngineHost:
         self._answers: set[Answer] = set()
         self.closing = False
         self.engine_status: dict = {}  # the engine's latest `status()` (e.g. {"cache": ...})
+        self.restart_stuck = restart_stuck
+        self.stuck: Liveness | None = None  # the worker's liveness while it does not respond
+        self._stuck_since = 0.0
+        self._watcher: asyncio.Task | None = None
 
     @property
     def busy(self) -> bool:
@@ -151,7 +173,36 @@ class EngineHost:
         """Begin loading the model in the background (call inside the server's event loop)."""
         self._turn = asyncio.Semaphore(self.slots)
         self._loading = asyncio.Lock()
-        asyncio.get_running_loop().create_task(self._load_now())
+        loop = asyncio.get_running_loop()
+        loop.create_task(self._load_now())
+        self._watcher = loop.create_task(self._watch())
+
+    async def _watch(self) -> None:
+        while not self.closing:
+            await asyncio.sleep(LIVENESS_POLL)
+            self.check_liveness(time.monotonic())
+
+    def check_liveness(self, now: float) -> None:
+        """Follow the worker's liveness (see the module docstring); call in the event loop."""
+        engine = self.engine
+        if engine is None:
+            return
+        found = liveness_of(engine)
+        if found.responding:
+            if self.state == "not_responding":  # it resumed
+                self.stuck = None
+                self._set("ready", None)
+            return
+        if self.state != "not_responding":
+            self._stuck_since = now
+            self.stuck = found
+            self._set("not_responding", EngineNotResponding(found.message))
+            for answer in list(self._answers):
+                answer.fail(not_responding(found, restart_in=self.restart_stuck))
+        self.stuck = found
+        if now - self._stuck_since >= self.restart_stuck:
+            self.stuck = None
+            self._engine_crashed(engine)  # killed and loaded again (`_open`)
 
     async def _load_now(self) -> None:
         try:
@@ -160,9 +211,12 @@ class EngineHost:
             pass  # state and error say what happened
 
     async def stop(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
         engine, self.engine = self.engine, None
         if engine is not None:
-            await asyncio.get_running_loop().run_in_executor(self._executor, engine.close)
+            end = _ender(engine)
+            await asyncio.get_running_loop().run_in_executor(self._executor, end)
         self._executor.shutdown(wait=False)
 
     def close_doors(self) -> None:
@@ -175,7 +229,7 @@ class EngineHost:
     def _open(self) -> Engine:
         if self._crashed is not None:
             crashed, self._crashed = self._crashed, None
-            crashed.close()
+            _ender(crashed)()
         return self._opener()
 
     async def _ensure(self) -> Engine:
@@ -238,6 +292,7 @@ class EngineHost:
             pass
 
     def _set(self, state: State, error: PocketchatError | None) -> None:
+        self.previous = self.state
         self.state, self.error = state, error
         if self._on_state is not None:
             self._on_state(self)
@@ -247,7 +302,7 @@ class EngineHost:
         if self.engine is not engine:  # another answer on it has reported the crash already
             return
         self._crashed, self.engine = self.engine, None
-        self.state = "loading"
+        self.previous, self.state, self.error = self.state, "loading", None
         self.restarts += 1
         asyncio.get_running_loop().create_task(self._load_now())
 
@@ -265,6 +320,8 @@ class EngineHost:
             raise stopping()
         if self.state == "error" and self.error is not None:
             raise load_failed(self.error)
+        if self.state == "not_responding" and self.stuck is not None:
+            raise not_responding(self.stuck, restart_in=self._restart_in())
         if self.waiting >= self.queue_size:
             raise ApiError(
                 f"the server is busy: {self.waiting} requests are waiting for the model",
@@ -314,7 +371,14 @@ class EngineHost:
             body["parallel_note"] = self.one_at_a_time
         if self.error is not None:
             body["error"] = self.error.message
+        if self.state == "not_responding" and self.stuck is not None:
+            body["not_responding"] = {"reason": self.stuck.reason,
+                                      "silent_seconds": round(self.stuck.silent_seconds, 1),
+                                      "restart_in_seconds": round(self._restart_in(), 1)}
         return body
+
+    def _restart_in(self) -> float:
+        return max(0.0, self._stuck_since + self.restart_stuck - time.monotonic())
 
 
 class Turn:
@@ -352,6 +416,24 @@ class Turn:
 def stopping() -> ApiError:
     return ApiError("the server is shutting down", status=503, type="server_error",
                     code="server_stopping", hint="Try again when it has been started again.")
+
+
+def not_responding(found: Liveness, message: str = "", restart_in: float | None = None
+                   ) -> ApiError:
+    """503 for a request while the worker does not respond."""
+    text = message or found.message or "the model process is not responding"
+    after = f" in {restart_in:.0f} s" if restart_in is not None else ""
+    return ApiError(f"{text}; the server restarts it{after} unless it resumes", status=503,
+                    type="server_error", code="model_not_responding",
+                    headers={"Retry-After": str(max(1, math.ceil(restart_in or 1)))},
+                    hint="Try again after the time in the Retry-After header.")
+
+
+def _ender(engine: Engine) -> Callable[[], None]:
+    """How to end an engine: `kill()` for a worker that does not respond (it cannot be asked
+    to close), else `close()`."""
+    kill = getattr(engine, "kill", None)
+    return kill if callable(kill) and not liveness_of(engine).responding else engine.close
 
 
 def load_failed(exc: PocketchatError) -> ApiError:

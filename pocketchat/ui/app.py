@@ -22,6 +22,7 @@ from textual.widgets import Footer
 from pocketchat.conversations import Conversation
 from pocketchat.paths import settings
 from pocketchat.engines.types import ChatOptions, Engine, EngineInfo
+from pocketchat.ui import enginewatch
 from pocketchat.ui.chat import RESTART_HINT, Chat
 from pocketchat.ui.format import describe_error
 from pocketchat.ui.messages import (
@@ -134,6 +135,7 @@ class ChatApp(App[int]):
         self._catch_signals()
         self.query_one(EngineHeader).show(None, "starting")
         self.set_interval(2.0, self._sample_memory)
+        self.set_interval(enginewatch.POLL, lambda: enginewatch.watch(self))
         self._open_engine("Loading the model")
 
     # -- the engine ----------------------------------------------------------------------
@@ -178,7 +180,7 @@ class ChatApp(App[int]):
             self.pop_screen()
 
     def on_engine_ready(self, message: EngineReady) -> None:
-        self._starting = self.chat.starting = False
+        self._starting = self.chat.starting = self.chat.stuck = False
         self._prepared = True
         self.engine = self.chat.engine = message.engine
         self.info = self.chat.info = message.engine.info
@@ -224,10 +226,7 @@ class ChatApp(App[int]):
 
     @work(thread=True, group="close")
     def _close_quietly(self, engine: Engine) -> None:
-        try:
-            engine.close()
-        except Exception:  # noqa: BLE001 - a dead engine may fail to close; nothing to do
-            pass
+        enginewatch.end(engine)  # a stuck one is killed: it cannot be asked to close
 
     def _sample_memory(self) -> None:
         if self._memory_probe is not None:  # the engine's memory: none while none runs
@@ -314,7 +313,7 @@ class ChatApp(App[int]):
         stream = self.stream
         if stream is not None:  # stop the answer (kept, marked interrupted), then restart
             self.notify("Stopping the answer (it is kept), then restarting the engine.")
-            self.chat.shutdown()
+            self.chat.shutdown()  # a stuck engine lets the answer go at once
             await asyncio.to_thread(stream.wait, 10.0)
             for _ in range(100):  # the chat shows the stopped answer before the engine goes
                 if self.stream is None:
@@ -364,10 +363,7 @@ class ChatApp(App[int]):
         self.chat.shutdown(wait=5.0)
         engine, self.engine = self.engine, None
         if engine is not None:
-            try:
-                engine.close()
-            except Exception:  # noqa: BLE001
-                pass
+            enginewatch.end(engine)
 
 
 def about_markdown(info: EngineInfo | None, extra: str | None) -> str:

@@ -12,8 +12,6 @@ import dataclasses
 import threading
 import time
 
-from typing import Callable
-
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.timer import Timer
@@ -23,7 +21,7 @@ from pocketchat import conversations
 from pocketchat.conversations import Conversation, save_problem
 from pocketchat.errors import EngineCrashed, HelperGone
 from pocketchat.engines.types import ChatOptions, Engine, EngineInfo
-from pocketchat.ui import modelstate
+from pocketchat.ui import enginewatch, modelstate
 from pocketchat.ui.follow import Follower
 from pocketchat.ui.format import describe_error, dropped_line, prompt_progress_line, restoring_line
 from pocketchat.ui.messages import EngineLost
@@ -43,8 +41,7 @@ from pocketchat.ui.widgets import (
     figures_line,
 )
 
-ENGINE_WAIT = 120.0  # the longest a new answer waits for a state save or load to end
-SHOW_WAIT = 1.0  # the longest a new answer waits for the screen to show the message
+from pocketchat.ui.enginewatch import ENGINE_WAIT
 STATUS_INTERVAL = 0.5  # the status bar's figures change at most twice a second while streaming
 RESTART_HINT = "Ctrl+R restarts the engine (this conversation is kept); Ctrl+N starts a new chat."
 
@@ -75,6 +72,7 @@ class Chat(Vertical):
         self.engine: Engine | None = None
         self.info: EngineInfo | None = None
         self.starting = False  # the app is opening an engine
+        self.stuck = False  # the engine's process does not respond (see enginewatch)
         self.memory: int | None = None
         self.stream: AnswerStream | None = None
         self.last_stream: AnswerStream | None = None  # whether the chat is saved, for the reminder at exit
@@ -174,6 +172,8 @@ class Chat(Vertical):
             why = "still loading" if self.starting else "not running (Ctrl+R restarts it)"
             self.notify(f"The model is {why}.", severity="warning")
             return
+        if enginewatch.refused(self):  # the prompt keeps the text
+            return
         prompt = self.query_one(PromptInput)
         prompt.remember(event.text)
         prompt.clear()
@@ -192,7 +192,8 @@ class Chat(Vertical):
         shown = threading.Event()
         stream = AnswerStream(self.engine, conversation, message, history, options,
                               save_interval=self.save_interval,
-                              wait_engine=self._engine_waiter(shown))
+                              wait_engine=enginewatch.answer_waiter(shown, self.last_stream,
+                                                                    self._restored))
         self.stream = self.last_stream = stream  # set before any await: an answer is under way
         view = AnswerView(streaming=True)
         for welcome in self.chat_log.query(Welcome):
@@ -228,6 +229,7 @@ class Chat(Vertical):
         elif update.progress is not None and not view.text and not view.thinking:
             p = update.progress
             state = prompt_progress_line(p.done, p.total, p.tok_s, p.seconds_left)
+        state = enginewatch.shown_state(self.stuck, state)
         now = time.monotonic()
         if update.done or state != self._shown_state or now - self._status_at >= STATUS_INTERVAL:
             self._shown_state, self._status_at = state, now
@@ -277,7 +279,7 @@ class Chat(Vertical):
             self.notice(f"Could not save the conversation: {stream.save_error}",
                         save_problem(stream.save_error, self.conversation.path.parent)
                         + " The chat goes on, unsaved.", "warning")
-        self.idle_status("Stopped" if message.interrupted else "Ready")
+        self.idle_status(enginewatch.shown_state(self.stuck, "Stopped" if message.interrupted else "Ready"))
         mounting, self._mounting = self._mounting, []
         for mounted in mounting:  # the notices above are on screen before the answer counts as done
             await mounted
@@ -305,20 +307,6 @@ class Chat(Vertical):
             self.stream.cancel()
         if wait and self.last_stream is not None:  # the answer saved, and the model's state
             self.last_stream.wait_settled(wait)
-
-    def _engine_waiter(self, shown: threading.Event) -> Callable[[], None]:
-        """What a new answer's thread waits for first: the screen showing the message (laying
-        out the chat takes a core that the model's first tokens would otherwise lose), the
-        previous answer's end and state save, and a state load (one engine call at a time)."""
-        last, restored = self.last_stream, self._restored
-
-        def wait() -> None:
-            shown.wait(SHOW_WAIT)
-            if last is not None:
-                last.wait_settled(ENGINE_WAIT)
-            restored.wait(ENGINE_WAIT)
-
-        return wait
 
     # -- the model's saved state ------------------------------------------------------------
     def restore_state(self) -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from pocketchat.conversations import Conversation, prune_states
 from pocketchat.engines.saved_state import saved_tokens
-from pocketchat.engines.types import Engine, StatefulEngine
+from pocketchat.engines.types import Engine, StatefulEngine, liveness_of
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,8 @@ class Restored:
 def save(engine: Engine | None, conversation: Conversation) -> int:
     """Save the engine's state as this conversation's; the bytes written (0: not saved)."""
     if not isinstance(engine, StatefulEngine) or not conversation.messages:
+        return 0
+    if not liveness_of(engine).responding:  # it could not answer; the state stays as saved
         return 0
     path = conversation.state_path
     try:
