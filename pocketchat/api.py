@@ -232,25 +232,37 @@ class Session:
 
     def _stream(self, messages: tuple[Message, ...], options: ChatOptions,
                 start: Callable[[], Iterator[Chunk]] | None = None) -> Iterator[Chunk]:
+        """The engine's chunks under the session's one-answer guard: a failed chunk raises its
+        error; the guard is let go before the final chunk is handed over, and on every error
+        or early stop (the engine's answer is cancelled and closed then)."""
         if not self._busy.acquire(blocking=False):
             raise EngineError("this session is answering already (one answer at a time)",
                               hint="Read the other answer to its end, or close its iterator, first.")
-        finished = False
-        inner = start() if start is not None else self.engine.chat(messages, options)
+        held, finished = True, False
+        inner: Iterator[Chunk] | None = None
         try:
+            inner = start() if start is not None else self.engine.chat(messages, options)
             for chunk in inner:
                 if chunk.finish_reason == "error":
                     finished = True
                     raise chunk.failure or EngineError(f"the answer failed: {chunk.error or 'unknown error'}")
-                finished = chunk.finish_reason is not None
+                if chunk.finish_reason is not None:
+                    finished = True
+                    held = False
+                    self._busy.release()
                 yield chunk
         finally:
-            if not finished:  # the caller stopped reading: stop the engine's answer too
-                self.engine.cancel()
-                close = getattr(inner, "close", None)
-                if close is not None:
-                    close()
-            self._busy.release()
+            try:
+                if not finished and inner is not None:
+                    self.engine.cancel()  # the caller stopped reading: stop the engine's answer too
+            finally:
+                try:
+                    close = getattr(inner, "close", None)
+                    if close is not None:
+                        close()
+                finally:
+                    if held:
+                        self._busy.release()
 
     def cancel(self) -> None:
         """Stop the answer in flight (safe from another thread); it ends with 'cancelled'."""

@@ -253,7 +253,7 @@ class WorkerEngine:
             self.wait_ready()
         if not self._chat_lock.acquire(blocking=False):
             raise EngineError("the engine is already answering; cancel that answer first")
-        finished = False
+        held, finished, req = True, False, 0
         try:
             self._req += 1
             req = self._current = self._req
@@ -262,15 +262,23 @@ class WorkerEngine:
                 msg = self._recv(None, "while answering")
                 if msg is not None and msg[0] == "chunk" and msg[1] == req:
                     chunk: Chunk = msg[2]
-                    finished = chunk.finish_reason is not None
-                    yield chunk
-                    if finished:
+                    if chunk.finish_reason is not None:
+                        # The answer is over: the engine is free before the caller sees its
+                        # end, whatever the caller does with this iterator after.
+                        finished = True
+                        self._current, held = 0, False
+                        self._chat_lock.release()
+                        yield chunk
                         return
+                    yield chunk
         finally:
-            self._current = 0
-            if not finished and self._crash is None:
-                self._abandon(req)
-            self._chat_lock.release()
+            if held:
+                self._current = 0
+                try:
+                    if not finished and req and self._crash is None:
+                        self._abandon(req)
+                finally:
+                    self._chat_lock.release()
 
     # -- several answers at once (parallel > 1) ---------------------------------------------
 
@@ -283,9 +291,7 @@ class WorkerEngine:
         with self._send_lock:
             self._req += 1
             req = self._req
-            self._routes[req] = inbox = queue.Queue()
-        self._start_router()
-        return WorkerAnswer(self, req, self._answer_shared(req, inbox, messages, options, kind))
+        return WorkerAnswer(self, req, self._answer_shared(req, messages, options, kind))
 
     def _start_router(self) -> None:
         with self._send_lock:
@@ -310,13 +316,18 @@ class WorkerEngine:
                 if inbox is not None:
                     inbox.put(msg)
 
-    def _answer_shared(self, req: int, inbox: queue.Queue,
-                       messages: tuple[Message, ...] | str | tuple[int, ...],
+    def _answer_shared(self, req: int, messages: tuple[Message, ...] | str | tuple[int, ...],
                        options: ChatOptions, kind: str) -> Iterator[Chunk]:
+        """One answer's chunks from its queue; its route lives exactly while it runs (an
+        answer dropped unstarted leaves nothing behind)."""
         finished = False
+        inbox: queue.Queue = queue.Queue()
+        with self._send_lock:
+            self._routes[req] = inbox
         try:
             if self._crash is not None:
                 raise self._crash
+            self._start_router()
             self._send((kind, req, messages, options))
             while True:
                 msg = inbox.get()
@@ -370,8 +381,8 @@ class WorkerEngine:
                 self._req += 1
                 req = self._req
                 self._routes[req] = inbox = queue.Queue()
-            self._start_router()
             try:
+                self._start_router()
                 self._send((name, req, *args))
                 msg = inbox.get()
                 if isinstance(msg, BaseException):
