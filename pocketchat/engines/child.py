@@ -1,6 +1,6 @@
 """The worker's child process: it loads the backend and serves the parent's requests.
 
-See `worker` for the protocol. Requests run one at a time in the main thread; a listener
+See `worker` for the launch and the protocol (`run` is the entry `worker.launch` starts). Requests run one at a time in the main thread; a listener
 thread takes "cancel" and "close" while an answer runs, so cancel reaches the backend (its
 abort callback included) inside a decode. A backend with several sequences (`slots.Slots`,
 a plan with `parallel` N > 1) answers each chat in its own thread, up to N at once; a cancel
@@ -111,6 +111,13 @@ def main(conn: Any, plan: LoadPlan, path: str, name: str | None,
     if engine is not None:
         send(("ready", engine.info))
         _serve(engine, conn, send, chunk_interval)
+
+
+def run(conn: Any) -> None:
+    """The entry of a worker launched as its own interpreter (`worker.launch`): its
+    arguments come over `conn`; stdout and stderr are already the worker's log."""
+    plan, path, name, chunk_interval = conn.recv()
+    main(conn, plan, path, name, None, chunk_interval)
 
 
 def _load(plan: LoadPlan, path: str, name: str | None, send: Callable[[tuple], None]) -> Any:
