@@ -2,8 +2,8 @@
 
     import pocketchat
 
-    with pocketchat.load() as session:          # the build `pocketchat --recommend` picks
-        reply = session.chat([{"role": "user", "content": "Hello!"}])
+    with pocketchat.load() as session:   # the build `pocketchat --recommend` picks ("starter":
+        reply = session.chat([{"role": "user", "content": "Hello!"}])  # the small one installed)
         print(reply.text)
 
 It takes the CLI's path: `choose` (the same choice, download step and load plan as the chat
@@ -13,7 +13,10 @@ its worker process). `pocketchat serve` and one-shot mode are built on these two
 or `Message`s, and the request fields the server passes on: `tools`, `tool_choice`,
 `response_format`, logprobs, sampling. It streams typed `Chunk`s (`stream=True`) or returns a
 `ChatResult`. `Session.complete` continues a raw prompt (no template: the legacy completions
-endpoint's path). A failed answer raises its `PocketchatError`; one answer at a time per session.
+endpoint's path). A failed answer raises its `PocketchatError` and leaves the session ready for
+the next; one answer at a time per session. A model not on disk is downloaded as `download=`
+says (`download_hooks`). The worker is a process of its own (`engines.worker.launch`): no
+`if __name__ == "__main__":` guard is needed in a script.
 """
 
 from __future__ import annotations

@@ -96,9 +96,12 @@ def describe_exit(exitcode: int | None) -> str:
 
 
 # The child's first lines: Ctrl-C belongs to the parent (the terminal sends it to the whole
-# process group); the caller's sys.path, then pocketchat's entry. Nothing of the caller's
-# __main__ is imported. "pocketchat-engine" names the process in `ps`.
+# process group); no module is taken from the working directory ('' that -c puts first: a
+# stray multiprocessing.py there would shadow the stdlib's); the caller's sys.path, then
+# pocketchat's entry. Nothing of the caller's __main__ is imported. "pocketchat-engine"
+# names the process in `ps`.
 BOOT = ("import signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN)  # pocketchat-engine\n"
+        "sys.path[:1] = [] if sys.path[:1] == [''] else sys.path[:1]\n"
         "from multiprocessing.connection import Connection\n"
         "conn = Connection(int(sys.argv[1]))\n"
         "sys.path[:] = conn.recv()\n"
