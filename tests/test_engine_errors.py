@@ -36,7 +36,6 @@ COMPLETE_POINTS = ("encode", "generate", "step")
 
 @pytest.fixture(autouse=True)
 def no_cycle_collection():
-    gc.collect()
     gc.disable()
     try:
         yield
@@ -365,3 +364,20 @@ def test_a_finished_stream_kept_unread_does_not_hold_the_session():
     assert session.chat(list(HI)).text == FaultyEngine.reply
     assert list(stream) == []  # reading on later is harmless
     assert session.chat(list(HI)).text == FaultyEngine.reply
+
+
+def test_an_answer_dropped_unclosed_in_a_cycle_frees_its_sequence_when_collected():
+    """A caller's cycle keeps a SlotAnswer until the collector runs; then its sequence is
+    free, even when the collector runs while the sequences' lock is held."""
+    slots = two_sequences()
+    for _ in range(2):
+        answer = slots.chat(HI)
+        next(answer)
+        holder = {"answer": answer}
+        holder["self"] = holder  # a cycle: only the collector frees it
+        del answer, holder
+    assert slots.busy == 2
+    with slots._lock:
+        gc.collect()  # the collector inside the lock: must not block
+    assert slots.busy == 0
+    served_plainly(list(slots.chat(HI)))
