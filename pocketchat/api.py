@@ -121,8 +121,8 @@ def download_hooks(download: bool | Callable[["DownloadPlan"], bool],
     ends the bar's line). `stream`: where the size and the bar go (default sys.stderr)."""
     import sys
 
-    from pocketchat.commands.download import TerminalProgress
     from pocketchat.errors import DownloadDeclined
+    from pocketchat.store.progress import TerminalProgress
     from pocketchat.store.types import human_bytes
     from pocketchat.textsafe import visible
 
