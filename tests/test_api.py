@@ -5,6 +5,7 @@ run as written; `import pocketchat` stays cheap."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -104,17 +105,31 @@ def test_a_closed_session_says_so():
         s.chat(HI)
 
 
-def test_the_readme_example_runs_as_written(monkeypatch, capsys):
+def readme_example() -> str:
+    """The code block of README's "From Python" section, verbatim."""
     readme = (REPO / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
-    example = next(b for b in blocks if "pocketchat.load()" in b)
-    assert len(example.strip().splitlines()) <= 14
-    real_load = pocketchat.load
-    monkeypatch.setattr(pocketchat, "load", lambda *a, **kw: real_load("starter", ctx=1024))
-    exec(compile(example, "README.md", "exec"), {"__name__": "__readme__"})
-    out = capsys.readouterr().out
-    assert re.search(r"\n\d+ tokens at \d+/s\n", out), out
-    assert out.rstrip().splitlines()[-1].startswith("get_weather {")
+    section = readme.split("### From Python", 1)[1].split("\n### ", 1)[0]
+    [block] = re.findall(r"```python\n(.*?)```", section, re.S)
+    return block
+
+
+def test_the_readme_example_runs_as_written_as_a_script(tmp_path):
+    """Copied into app.py and run with `python app.py`: no main guard, no network, a fresh
+    cache (the conftest's: nothing downloaded, the Hub unreachable); what the user sees."""
+    example = readme_example()
+    assert "__main__" not in example and len(example.strip().splitlines()) <= 16
+    (tmp_path / "app.py").write_text(example)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}  # the project as installed
+    assert env["HF_ENDPOINT"].startswith("http://127.0.0.1:")  # nothing reaches the internet
+    done = subprocess.run([sys.executable, "app.py"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and done.stderr.strip() == "", done.stderr[-3000:]
+    lines = done.stdout.rstrip().splitlines()
+    assert "".join(lines[:-2]).strip(), done.stdout  # the streamed answer
+    assert re.fullmatch(r"\d+ tokens at \d+/s", lines[-2]), done.stdout
+    name, _, arguments = lines[-1].partition(" ")
+    assert name == "get_weather" and isinstance(json.loads(arguments)["city"], str), lines[-1]
 
 
 def test_importing_pocketchat_stays_cheap():

@@ -289,6 +289,11 @@ class SlotAnswer:
             self._released = True
             self._slots._release(self.seq)
 
+    def __del__(self) -> None:  # dropped without close (its generator closes itself)
+        if not self._released:  # never blocks: the collector may run while the lock is held
+            self._released = True
+            self._slots._orphan(self.seq)
+
 
 class Slots:
     """An `Engine` that answers up to N conversations at once, one per sequence engine."""
@@ -302,6 +307,7 @@ class Slots:
         self._lock = threading.Condition(threading.Lock())
         self._busy: set[int] = set()
         self._settling: set[int] = set()  # answers delivered, the sequence readying its cache
+        self._orphans: list[int] = []  # sequences of answers dropped unclosed (`_orphan`)
         self._last: dict[int, tuple[Message, ...]] = {}
         self._used: dict[int, float] = {}
         self._closed = False
@@ -313,6 +319,7 @@ class Slots:
     @property
     def busy(self) -> int:
         with self._lock:
+            self._free_orphans()
             return len(self._busy)
 
     def __getattr__(self, name: str) -> Any:  # template traits etc. of the first sequence
@@ -332,6 +339,7 @@ class Slots:
     def _ready(self, messages: tuple[Message, ...]) -> bool:
         """A sequence is free, and none still settling shares more with `messages` (the
         conversation's own sequence, readying its cache for this very request: worth a wait)."""
+        self._free_orphans()
         free = [k for k in range(len(self.engines)) if k not in self._busy]
         if not free:
             return False
@@ -370,7 +378,12 @@ class Slots:
             self._busy.add(k)
             self._last[k] = messages
             self._used[k] = time.monotonic()
-        return SlotAnswer(self, k, answer(self.engines[k]))
+        try:
+            chunks = answer(self.engines[k])
+        except BaseException:
+            self._release(k)  # the answer never started: its sequence is free again
+            raise
+        return SlotAnswer(self, k, chunks)
 
     def _settling_now(self, seq: int) -> None:
         with self._lock:
@@ -381,6 +394,24 @@ class Slots:
             self._busy.discard(seq)
             self._settling.discard(seq)
             self._lock.notify_all()
+
+    def _orphan(self, seq: int) -> None:
+        """Free the sequence of an answer dropped unclosed: now when the lock is free, else
+        at the next look at the free sequences (`_ready`)."""
+        self._orphans.append(seq)
+        if self._lock.acquire(blocking=False):
+            try:
+                self._free_orphans()
+                self._lock.notify_all()
+            finally:
+                self._lock.release()
+
+    def _free_orphans(self) -> None:
+        """(With the lock held.)"""
+        while self._orphans:
+            seq = self._orphans.pop()
+            self._busy.discard(seq)
+            self._settling.discard(seq)
 
     def cancel(self) -> None:
         for engine in self.engines:
