@@ -1,9 +1,10 @@
 """The OpenAI-compatible HTTP API over one engine, as a Starlette (ASGI) application.
 
-    POST /v1/chat/completions   streaming (SSE) or not; see protocol.py for the fields
+    POST /v1/chat/completions   streaming (SSE) or not; see protocols/openai/ for the fields
     POST /v1/completions        the legacy endpoint: a raw prompt continued
     GET  /v1/models             the one model this server runs
     GET  /health                {"status": "loading" | "ready" | "error", ...} (no key needed)
+    GET  /openapi.json          every endpoint's request and response (openapi.py)
 
 The chat endpoint is a plain ASGI callable so that it can watch the connection while it
 waits and while it answers: a client that goes away (http.disconnect) cancels the request at
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import time
 import uuid
 from dataclasses import replace
@@ -31,18 +33,23 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from pocketchat.engines.types import Chunk
-from pocketchat.errors import ApiError, ContextOverflow, EngineCrashed, UnsupportedRequest
+from pocketchat.errors import (ApiError, ContextOverflow, EngineCrashed, PocketchatError,
+                               UnsupportedRequest)
 from pocketchat.server.cors import Cors, CorsPolicy, Preflight
 from pocketchat.server.guard import Guard, send_error, send_json
 from pocketchat.server.host import EngineHost, Run, Turn, chat_run, completion_run
-from pocketchat.server.protocol import (ChatRequest, CompletionRequest, Prompt, combined, error_body,
-                                        legacy_logprobs, logprob_entries, parse_chat_request,
-                                        parse_completion_request, prompt_progress, seeded,
-                                        timings,
-                                        tool_call_entries, usage)
+from pocketchat.server.openapi import document
+from pocketchat.server.protocols.openai.encode import (error_body, legacy_logprobs, logprob_entries,
+                                                       prompt_progress, timings, tool_call_entries,
+                                                       usage)
+from pocketchat.server.protocols.openai.requests import (parse_chat_request,
+                                                         parse_completion_request)
+from pocketchat.server.request import (ChatRequest, CompletionRequest, Prompt, combined,
+                                       seeded)
 from pocketchat.server.reply import Delta, Reply
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
+log = logging.getLogger("pocketchat.server")
 DRAIN_FACTOR = 16
 SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
                (b"x-accel-buffering", b"no")]
@@ -132,6 +139,13 @@ def chunk_error(chunk: Chunk) -> ApiError:
                     type="server_error", code="engine_error")
 
 
+def engine_error(exc: PocketchatError) -> ApiError:
+    """An error the engine raised for this request: 500 in its own words (a template that
+    rejects the conversation, say); the engine is ready for the next one."""
+    return ApiError(f"the model could not answer: {exc.message}", status=500, type="server_error",
+                    code="engine_error", hint=exc.hint or None)
+
+
 def crash_error(exc: EngineCrashed) -> ApiError:
     return ApiError(f"{exc.message}; the model is being restarted for the next request",
                     status=500, type="server_error", code="engine_crashed")
@@ -190,6 +204,12 @@ class Endpoint:
                 await out.fail(unsupported_error(exc))
             except EngineCrashed as exc:
                 await out.fail(crash_error(exc))
+            except PocketchatError as exc:  # the engine refused or failed: its own words
+                await out.fail(engine_error(exc))
+            except Exception as exc:  # noqa: BLE001 - a bug: said plainly, logged, never a repr
+                log.exception("the request failed")
+                await out.fail(ApiError(f"internal error ({type(exc).__name__}); see the server's "
+                                        "log", status=500, type="server_error", code="internal_error"))
             finally:
                 tg.cancel_scope.cancel()
 
@@ -419,6 +439,11 @@ def create_app(host: EngineHost, *, model_id: str, aliases: Sequence[str] = (),
         body = {**host.health(), "model": model_id}
         return JSONResponse(body, status_code=200 if host.state == "ready" else 503)
 
+    spec = document()
+
+    async def openapi(_: Request) -> JSONResponse:
+        return JSONResponse(spec)
+
     async def models(_: Request) -> JSONResponse:
         return JSONResponse({"object": "list", "data": [card]})
 
@@ -436,7 +461,8 @@ def create_app(host: EngineHost, *, model_id: str, aliases: Sequence[str] = (),
         text = getattr(exc, "detail", None) or "internal server error"
         if status in (404, 405):
             text = (f"{text}: {request.method} {request.url.path}. This server answers POST "
-                    "/v1/chat/completions, POST /v1/completions, GET /v1/models and GET /health.")
+                    "/v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health and "
+                    "GET /openapi.json (the API's schema).")
         body = {"error": {"message": str(text), "type": kind, "param": None, "code": None}}
         return JSONResponse(body, status_code=status, headers=getattr(exc, "headers", None))
 
@@ -450,6 +476,7 @@ def create_app(host: EngineHost, *, model_id: str, aliases: Sequence[str] = (),
 
     routes = [
         Route("/health", health, methods=["GET"]),
+        Route("/openapi.json", openapi, methods=["GET"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/v1/models/{name:path}", model, methods=["GET"]),
         Route("/v1/chat/completions", ChatCompletions(host, model_id, aliases, max_body),
