@@ -37,7 +37,7 @@ from pocketchat.errors import (ApiError, ContextOverflow, EngineCrashed, Pocketc
                                UnsupportedRequest)
 from pocketchat.server.cors import Cors, CorsPolicy, Preflight
 from pocketchat.server.guard import Guard, send_error, send_json
-from pocketchat.server.host import EngineHost, Run, Turn, chat_run, completion_run
+from pocketchat.server.host import EngineHost, Run, Turn, chat_run, completion_run, stopping
 from pocketchat.server.openapi import document
 from pocketchat.server.protocols.openai.encode import (error_body, legacy_logprobs, logprob_entries,
                                                        prompt_progress, timings, tool_call_entries,
@@ -196,6 +196,7 @@ class Endpoint:
             return
         async with anyio.create_task_group() as tg:
             tg.start_soon(_cancel_on_disconnect, receive, tg.cancel_scope)
+            tg.start_soon(_cancel_on_stop, self.host, tg.cancel_scope)
             try:
                 await self.answer(request, out)
             except ApiError as exc:
@@ -212,6 +213,8 @@ class Endpoint:
                                         "log", status=500, type="server_error", code="internal_error"))
             finally:
                 tg.cancel_scope.cancel()
+        if self.host.closing and not out.ended:  # the server stops: the protocol's error, now
+            await out.fail(stopping())
 
     def meta(self, prefix: str) -> dict[str, Any]:
         return {"id": f"{prefix}-{uuid.uuid4().hex[:24]}", "created": int(time.time()),
@@ -417,6 +420,11 @@ async def _with_first(first: Chunk, chunks: AsyncIterator[Chunk]) -> AsyncIterat
     yield first
     async for chunk in _rest(first, chunks):
         yield chunk
+
+
+async def _cancel_on_stop(host: EngineHost, scope: anyio.CancelScope) -> None:
+    await host.wait_stopping()
+    scope.cancel()
 
 
 async def _cancel_on_disconnect(receive: Callable, scope: anyio.CancelScope) -> None:
