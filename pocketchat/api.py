@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import json
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Mapping, Sequence, overload
 
 from pocketchat.engines.types import (ChatOptions, Chunk, Engine, EngineInfo, FinishReason,
                                       Message, Stats, TokenLogprob, ToolCall)
-from pocketchat.errors import EngineError, PocketchatError
+from pocketchat.errors import ApiError, EngineError, PocketchatError
 
 if TYPE_CHECKING:
     from pocketchat.commands.common import ModelChoice
@@ -223,12 +224,11 @@ class Session:
         logprob and N alternatives. `options` sets anything else (min_p, penalties, ...); the
         keywords given override it. Invalid input raises ApiError (a ValueError) naming it.
         """
-        conversation = self.conversation(messages)
-        opts = self.options(options, tools=tools, tool_choice=tool_choice,
-                            parallel_tool_calls=parallel_tool_calls,
-                            response_format=response_format, thinking=thinking,
-                            max_tokens=max_tokens, temperature=temperature, top_p=top_p,
-                            seed=seed, logprobs=logprobs)
+        conversation, opts = self.chat_request(
+            messages, options, tools=tools, tool_choice=tool_choice,
+            parallel_tool_calls=parallel_tool_calls, response_format=response_format,
+            thinking=thinking, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
+            seed=seed, logprobs=logprobs)
         chunks = self._answer(conversation, opts)
         return chunks if stream else _gather(chunks)
 
@@ -250,10 +250,9 @@ class Session:
                  options: ChatOptions | None = None) -> ChatResult | Iterator[Chunk]:
         """Continue `prompt` as raw text (no chat template, no reasoning, no tools): a
         `ChatResult`, or the typed chunks as they come (`stream`). Keywords as in `chat`."""
-        if not isinstance(prompt, str):
-            raise EngineError("the prompt must be a string")
-        opts = self.options(options, max_tokens=max_tokens, temperature=temperature,
-                            top_p=top_p, seed=seed, logprobs=logprobs)
+        prompt, opts = self.complete_request(prompt, options, max_tokens=max_tokens,
+                                             temperature=temperature, top_p=top_p, seed=seed,
+                                             logprobs=logprobs)
         complete = getattr(self.engine, "complete", None)
         if not callable(complete):
             raise EngineError("this engine has no raw-prompt path; use chat()")
@@ -263,29 +262,48 @@ class Session:
         return chunks if stream else _gather(chunks)
 
     @staticmethod
-    def conversation(messages: Sequence[MessageLike]) -> tuple[Message, ...]:
-        """Messages as the engine takes them (dicts validated as the server does)."""
-        from pocketchat.server.protocol import parse_messages
+    def chat_request(messages: Any, options: ChatOptions | None = None,
+                     **given: Any) -> tuple[tuple[Message, ...], ChatOptions]:
+        """`chat`'s arguments validated as the server validates a request (one rule, the
+        published schema): the conversation and its options, or ApiError naming the argument."""
+        from pocketchat.server.protocols.openai.requests import (chat_request, options_fields,
+                                                                 plain)
 
-        return parse_messages(list(messages))
+        data = options_fields(ChatOptions() if options is None else options)
+        for key in ("tools", "tool_choice", "parallel_tool_calls", "response_format",
+                    "max_tokens", "temperature", "top_p", "seed"):
+            if given.get(key) is not None:
+                data[key] = given[key]
+        if given.get("logprobs") is not None:
+            data["logprobs"], data["top_logprobs"] = True, given["logprobs"]
+        if given.get("thinking") is not None:
+            data["chat_template_kwargs"] = {**(data.get("chat_template_kwargs") or {}),
+                                            "enable_thinking": given["thinking"]}
+        data["messages"] = list(messages) if isinstance(messages, tuple) else messages
+        with _named_as_arguments():
+            request = chat_request(plain(data))
+        return request.messages, request.options
 
     @staticmethod
-    def options(base: ChatOptions | None = None, **given: Any) -> ChatOptions:
-        """`base` (or the defaults) with the keywords that are not None, validated."""
-        from pocketchat.server.protocol import parse_response_format, parse_tool_choice, parse_tools
+    def complete_request(prompt: Any, options: ChatOptions | None = None,
+                         **given: Any) -> tuple[str | tuple[int, ...], ChatOptions]:
+        """`complete`'s arguments validated as the server's legacy completions request (the
+        prompt: text or token ids, one of them); ApiError names the argument."""
+        from pocketchat.server.protocols.openai.requests import (completion_request,
+                                                                 options_fields, plain)
 
-        opts = base or ChatOptions()
-        changes = {k: v for k, v in given.items() if v is not None}
-        if "tools" in changes:
-            changes["tools"] = parse_tools([dict(t) for t in changes["tools"]])
-        tools = changes.get("tools", opts.tools)
-        if "tool_choice" in changes:
-            choice = changes["tool_choice"]
-            changes["tool_choice"] = parse_tool_choice(choice if isinstance(choice, str) else dict(choice),
-                                                       tools)
-        if "response_format" in changes:
-            changes["response_format"] = parse_response_format(dict(changes["response_format"]))
-        return replace(opts, **changes)
+        data = options_fields(ChatOptions() if options is None else options, chat=False)
+        data.update({k: v for k, v in given.items() if v is not None})
+        data["prompt"] = list(prompt) if isinstance(prompt, tuple) else prompt
+        with _named_as_arguments():
+            request = completion_request(plain(data))
+        if len(request.prompts) != 1:
+            raise ApiError("complete() continues one prompt: text or a list of token ids",
+                           param="prompt", code="invalid_value")
+        opts = request.options
+        if data.get("max_tokens") is None:  # not the endpoint's default of 16: the plan's
+            opts = replace(opts, max_tokens=None)
+        return request.prompts[0], opts
 
     def _answer(self, messages: tuple[Message, ...], options: ChatOptions) -> Iterator[Chunk]:
         if self._closed:
@@ -341,6 +359,24 @@ class Session:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# The request fields the Python API takes under another name (logprobs=N, thinking=).
+ARGUMENT_NAMES = {"top_logprobs": "logprobs", "chat_template_kwargs.enable_thinking": "thinking"}
+
+
+@contextmanager
+def _named_as_arguments() -> Iterator[None]:
+    """An ApiError about a request field the Python API takes under another name names the
+    argument instead."""
+    try:
+        yield
+    except ApiError as exc:
+        name = ARGUMENT_NAMES.get(exc.param or "")
+        if name is None:
+            raise
+        raise ApiError(exc.message.replace(f"'{exc.param}'", f"'{name}'"), param=name,
+                       code=exc.code, hint=exc.hint) from None
 
 
 def _gather(chunks: Iterator[Chunk]) -> ChatResult:

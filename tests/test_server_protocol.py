@@ -10,9 +10,11 @@ import pytest
 from pocketchat.engines.types import Chunk, Message, Stats, TokenLogprob, ToolCall, TopLogprob
 from pocketchat.errors import ApiError, UsageError
 from pocketchat.server.cors import CorsPolicy, parse_origin
-from pocketchat.server.protocol import (combined, legacy_logprobs, logprob_entries,
-                                        parse_chat_request, parse_completion_request, seeded,
-                                        tool_call_entries)
+from pocketchat.server.protocols.openai.encode import (legacy_logprobs, logprob_entries,
+                                                       tool_call_entries)
+from pocketchat.server.protocols.openai.requests import (parse_chat_request,
+                                                         parse_completion_request)
+from pocketchat.server.request import combined, seeded
 from pocketchat.server.reply import Reply
 
 HI = [{"role": "user", "content": "hi"}]

@@ -74,6 +74,27 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def check_prompt_cache(megabytes: int, profile) -> None:
+    """`--prompt-cache-mb` against the RAM this machine has for models (what is available less
+    the reserve, select/budget.py): UsageError with the figure when it cannot fit."""
+    from pocketchat.select.budget import cpu_budget
+
+    room = cpu_budget(profile)
+    if megabytes * 1024**2 > room:
+        raise UsageError(
+            f"--prompt-cache-mb {megabytes} asks for {_size(megabytes * 1024**2)} of RAM, but this "
+            f"machine has {_size(room)} available for the model and its caches",
+            hint=f"Give at most {room // 1024**2} (less leaves room for the model itself), or "
+                 "leave it out for the default share.")
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("TB", 1024**4), ("GB", 1024**3), ("MB", 1024**2)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
 def model_id(choice) -> str:
     """The name clients send as `model`: the build id, or the file's name."""
     if choice.build is not None:
@@ -107,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
                          hint="Pass --api-key KEY (or set POCKETCHAT_API_KEY); clients send "
                               "`Authorization: Bearer KEY`. Or listen on 127.0.0.1 (the default).")
     sel = Selection.from_args(args)
+    if args.prompt_cache_mb is not None:  # before any download
+        check_prompt_cache(args.prompt_cache_mb, sel.profile())
     progress = TerminalProgress()
     try:
         choice = api.choose(sel, confirm=make_confirm(sel.yes), progress=progress)
@@ -170,10 +193,18 @@ def _serve(args: argparse.Namespace, choice, sock: socket.socket, api_key: str |
                             timeout_graceful_shutdown=3, use_colors=False)
     server = stoppable_server(config, host)
     server.run(sockets=[sock])
+    ignore_stop_signals()  # stopped: a second Ctrl-C during the last cleanup is not a traceback
     if failed:
         raise failed[0]
     print("stopped", file=sys.stderr, flush=True)
     return 0
+
+
+def ignore_stop_signals() -> None:
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def with_parallel(choice, parallel: int | None):
@@ -213,7 +244,10 @@ def stoppable_server(config, host) -> "uvicorn.Server":  # noqa: F821 - imported
                 return
             self.should_exit = True
             if self.loop is not None:
-                self.loop.call_soon_threadsafe(host.close_doors)
+                try:
+                    self.loop.call_soon_threadsafe(host.close_doors)
+                except RuntimeError:  # the loop has closed already: nothing is left open
+                    pass
 
     logging.getLogger("uvicorn.error").addFilter(_CancelledAtShutdown())
     return Server(config)

@@ -57,7 +57,7 @@ from pocketchat.errors import (
 )
 from pocketchat.engines.answer import AnswerStream, Piece, TextStream
 from pocketchat.engines.constrain.control import TokenControl
-from pocketchat.engines.constrain.grammar import checked_grammar, offered_tools
+from pocketchat.engines.constrain.grammar import checked_grammar, forced_tools, offered_tools
 from pocketchat.engines.constrain.toolcalls import ToolCallParser, call_format
 from pocketchat.engines.constrain.tools import knows_tools, template_messages
 from pocketchat.engines.context import fit_messages, reply_reserve
@@ -513,7 +513,7 @@ class EngineBase:
         parser = None
         if tools:
             fmt = call_format(self.template_source) if knows_tools(self.template_source) else "json"
-            parser = ToolCallParser(fmt, tools)
+            parser = ToolCallParser(fmt, tools, forced=forced_tools(opts) is not None)
         out = AnswerStream(in_thinking=plan.in_thinking, parser=parser)
         counted = [0]
         try:

@@ -1,408 +1,36 @@
 """The OpenAI-compatible HTTP API over one engine, as a Starlette (ASGI) application.
 
-    POST /v1/chat/completions   streaming (SSE) or not; see protocol.py for the fields
+    POST /v1/chat/completions   streaming (SSE) or not; see protocols/openai/ for the fields
     POST /v1/completions        the legacy endpoint: a raw prompt continued
     GET  /v1/models             the one model this server runs
     GET  /health                {"status": "loading" | "ready" | "error", ...} (no key needed)
+    GET  /openapi.json          every endpoint's request and response (openapi.py)
 
-The chat endpoint is a plain ASGI callable so that it can watch the connection while it
-waits and while it answers: a client that goes away (http.disconnect) cancels the request at
-once, whether it is still queued or already generating. An answer's status is decided on the
-engine's first chunk, before any header is sent, so an error found while reading the prompt
-(context overflow, an engine crash) is a proper HTTP status even for a streaming request;
-a streaming request with `"return_progress": true` (llama.cpp's field) gets events with a
-`prompt_progress` object while a long prompt is read, so its headers go with the first of them.
+The generating endpoints are plain ASGI callables (endpoint.py: they watch the connection
+while they answer), one per protocol route (protocols/openai/endpoints.py); the rest are small
+Starlette routes. Guard (API key, Host) and Cors wrap the whole application.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import time
-import uuid
-from dataclasses import replace
-from typing import Any, AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, AsyncIterator, Sequence
 
-import anyio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from pocketchat.engines.types import Chunk
-from pocketchat.errors import ApiError, ContextOverflow, EngineCrashed, UnsupportedRequest
+from pocketchat.errors import ApiError
 from pocketchat.server.cors import Cors, CorsPolicy, Preflight
-from pocketchat.server.guard import Guard, send_error, send_json
-from pocketchat.server.host import EngineHost, Run, Turn, chat_run, completion_run
-from pocketchat.server.protocol import (ChatRequest, CompletionRequest, Prompt, combined, error_body,
-                                        legacy_logprobs, logprob_entries, parse_chat_request,
-                                        parse_completion_request, prompt_progress, seeded,
-                                        timings,
-                                        tool_call_entries, usage)
-from pocketchat.server.reply import Delta, Reply
-
-MAX_BODY_BYTES = 4 * 1024 * 1024
-DRAIN_FACTOR = 16
-SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
-               (b"x-accel-buffering", b"no")]
-
-
-class ClientGone(Exception):
-    """The client closed the connection before its request was read."""
-
-
-class Responder:
-    """Sends one response: a JSON body, or server-sent events; errors in OpenAI's shape."""
-
-    def __init__(self, send: Callable) -> None:
-        self._send = send
-        self.started = False
-        self.ended = False
-
-    async def json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
-        self.started = self.ended = True
-        await send_json(self._send, status, body, headers)
-
-    async def start_events(self) -> None:
-        self.started = True
-        await self._send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-
-    async def event(self, data: Any) -> None:
-        text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False,
-                                                                separators=(",", ":"))
-        await self._send({"type": "http.response.body", "body": f"data: {text}\n\n".encode(),
-                          "more_body": True})
-
-    async def end(self) -> None:
-        if self.started and not self.ended:
-            self.ended = True
-            await self._send({"type": "http.response.body", "body": b""})
-
-    async def fail(self, exc: ApiError) -> None:
-        if not self.started:
-            await self.json(exc.status, error_body(exc), exc.headers)
-        elif not self.ended:
-            await self.event(error_body(exc))
-            await self.end()
-
-
-async def read_body(scope: dict, receive: Callable, limit: int) -> bytes:
-    """The request body, or 413 when it is larger than `limit` bytes.
-
-    An oversized body is read on and thrown away (up to DRAIN_FACTOR x limit), so the client
-    gets the 413 rather than a connection reset in the middle of its upload.
-    """
-    parts: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientGone
-        body = message.get("body", b"")
-        size += len(body)
-        if size <= limit:
-            parts.append(body)
-        if not message.get("more_body") or size > DRAIN_FACTOR * limit:
-            break
-    if size > limit:
-        raise ApiError(f"the request body is larger than the limit of {limit // 1024} KiB",
-                       status=413, code="request_too_large")
-    return b"".join(parts)
-
-
-def unsupported_error(exc: UnsupportedRequest) -> ApiError:
-    """A request the engine cannot honour as asked: 400 naming the part."""
-    return ApiError(exc.message, status=400, code="unsupported_parameter", param=exc.param,
-                    hint=exc.hint or None)
-
-
-def chunk_error(chunk: Chunk) -> ApiError:
-    """The HTTP error for an answer that ended with finish_reason 'error'."""
-    failure = chunk.failure
-    if isinstance(failure, UnsupportedRequest):
-        return unsupported_error(failure)
-    if isinstance(failure, ContextOverflow):
-        return ApiError(
-            f"the conversation needs {failure.prompt_tokens} prompt tokens but the model's context "
-            f"has room for {failure.limit} (of {chunk.stats.context_limit}; the rest is kept for "
-            "the answer)", status=400, code="context_length_exceeded", param="messages",
-            hint="Shorten the conversation or lower max_tokens, or restart the server with a larger --ctx.")
-    return ApiError(f"the model failed: {chunk.error or 'unknown error'}", status=500,
-                    type="server_error", code="engine_error")
-
-
-def crash_error(exc: EngineCrashed) -> ApiError:
-    return ApiError(f"{exc.message}; the model is being restarted for the next request",
-                    status=500, type="server_error", code="engine_crashed")
-
-
-def refuse_dropped(first: Chunk) -> None:
-    """A conversation the engine had to shorten is refused: the client must not think the
-    model saw what it did not."""
-    dropped = first.stats.dropped_messages
-    if dropped:
-        raise ApiError(
-            f"the conversation does not fit the model's context of {first.stats.context_limit} tokens "
-            f"with room for the answer: its {dropped} oldest messages would have to be left out",
-            status=400, code="context_length_exceeded", param="messages",
-            hint="Shorten the conversation or lower max_tokens, or restart the server with a larger --ctx.")
-
-
-class Endpoint:
-    """A generating endpoint (an ASGI app: it watches the connection while it answers).
-
-    Reads and validates the body, then answers within one turn of the engine; a client that
-    goes away cancels the request at once, queued or generating.
-    """
-
-    def __init__(self, host: EngineHost, model_id: str, aliases: Sequence[str] = (),
-                 max_body: int = MAX_BODY_BYTES) -> None:
-        self.host = host
-        self.model_id = model_id
-        self.names = {model_id, *aliases}
-        self.max_body = max_body
-
-    def parse(self, body: bytes) -> Any:
-        raise NotImplementedError
-
-    async def answer(self, request: Any, out: Responder) -> None:
-        raise NotImplementedError
-
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        out = Responder(send)
-        try:
-            request = self.parse(await read_body(scope, receive, self.max_body))
-            if request.model is not None and request.model not in self.names:
-                raise ApiError(f"the model {request.model!r} does not exist: this server runs "
-                               f"{self.model_id!r}", status=404, code="model_not_found", param="model")
-        except ApiError as exc:
-            return await out.fail(exc)
-        except ClientGone:
-            return
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_cancel_on_disconnect, receive, tg.cancel_scope)
-            try:
-                await self.answer(request, out)
-            except ApiError as exc:
-                await out.fail(exc)
-            except UnsupportedRequest as exc:
-                await out.fail(unsupported_error(exc))
-            except EngineCrashed as exc:
-                await out.fail(crash_error(exc))
-            finally:
-                tg.cancel_scope.cancel()
-
-    def meta(self, prefix: str) -> dict[str, Any]:
-        return {"id": f"{prefix}-{uuid.uuid4().hex[:24]}", "created": int(time.time()),
-                "model": self.model_id}
-
-
-async def answer_one(turn: Turn, run: Run, stops: Sequence[str],
-                     on_delta: Callable[[Delta, bool], Awaitable[None]],
-                     on_progress: Callable[[Chunk], Awaitable[None]] | None = None) -> Reply:
-    """One answer within a turn, stop sequences applied: `on_delta(delta, first)` gets each
-    piece (the first once the engine has read the prompt); errors before that are raised.
-    While a long prompt is read, `on_progress(chunk)` (when given) gets its progress chunks."""
-    async with turn.answer(run) as answer:
-        chunks = aiter(answer)
-        first = await anext(chunks)
-        while first.progress is not None:  # the prompt being read: no text yet
-            refuse_dropped(first)
-            if on_progress is not None:
-                await on_progress(first)
-            first = await anext(chunks)
-        if first.finish_reason == "error":
-            raise chunk_error(first)
-        refuse_dropped(first)
-        reply, last, opening = Reply(stops), first, True
-        async for last in _with_first(first, chunks):
-            if last.progress is not None:
-                continue
-            await on_delta(reply.feed(last), opening)
-            opening = False
-            if reply.stopped:
-                answer.cancel()
-        if reply.finish_reason == "error":
-            raise chunk_error(last)
-        return reply
-
-
-class ChatCompletions(Endpoint):
-    """POST /v1/chat/completions."""
-
-    def parse(self, body: bytes) -> ChatRequest:
-        return parse_chat_request(body)
-
-    async def answer(self, request: ChatRequest, out: Responder) -> None:
-        meta = self.meta("chatcmpl")
-        base = {**meta, "object": "chat.completion.chunk", "system_fingerprint": None}
-        replies: list[Reply] = []
-        async with self.host.turn() as turn:
-            for index in range(request.n):
-                run = chat_run(request.messages, seeded(request.options, index))
-                if request.stream:
-                    replies.append(await self._stream_choice(request, base, index, turn, run, out))
-                else:
-                    replies.append(await answer_one(turn, run, request.stop, _quiet))
-        stats = combined([r.stats for r in replies])
-        if not request.stream:
-            return await out.json(200, {
-                **meta, "object": "chat.completion", "system_fingerprint": None,
-                "choices": [self._choice(i, r, request) for i, r in enumerate(replies)],
-                "usage": usage(stats), "timings": timings(stats),
-            })
-        if request.include_usage:
-            await out.event({**base, "choices": [], "usage": usage(stats)})
-        await out.event("[DONE]")
-        await out.end()
-
-    @staticmethod
-    def _choice(index: int, reply: Reply, request: ChatRequest) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant",
-                                   "content": reply.text if reply.text or not reply.tool_calls else None}
-        if reply.thinking:
-            message["reasoning_content"] = reply.thinking
-        if reply.tool_calls:
-            message["tool_calls"] = [{k: v for k, v in c.items() if k != "index"}
-                                     for c in tool_call_entries(reply.tool_calls)]
-        logprobs = {"content": logprob_entries(reply.logprobs), "refusal": None} if request.logprobs else None
-        return {"index": index, "message": message, "logprobs": logprobs,
-                "finish_reason": reply.finish_reason}
-
-    async def _stream_choice(self, request: ChatRequest, base: dict, index: int, turn: Turn,
-                             run: Run, out: Responder) -> Reply:
-        calls = 0
-
-        def event(delta: dict, finish: str | None = None, logprobs: Any = None, **extra: Any) -> dict:
-            return {**base, "choices": [{"index": index, "delta": delta, "logprobs": logprobs,
-                                         "finish_reason": finish}], **extra}
-
-        async def on_delta(d: Delta, first: bool) -> None:
-            nonlocal calls
-            if first:
-                if not out.started:
-                    await out.start_events()
-                await out.event(event({"role": "assistant", "content": ""}))
-            delta: dict[str, Any] = {k: v for k, v in (("reasoning_content", d.reasoning),
-                                                       ("content", d.content)) if v}
-            if d.tool_calls:
-                delta["tool_calls"] = tool_call_entries(d.tool_calls, calls)
-                calls += len(d.tool_calls)
-            lps = d.logprobs if request.logprobs else ()
-            if delta or lps:
-                await out.event(event(delta, logprobs={"content": logprob_entries(lps), "refusal": None}
-                                      if lps else None))
-
-        async def on_progress(chunk: Chunk) -> None:  # llama.cpp's shape (return_progress)
-            if not out.started:
-                await out.start_events()
-            assert chunk.progress is not None
-            await out.event(event({"role": "assistant", "content": None},
-                                  prompt_progress=prompt_progress(chunk.progress, chunk.stats)))
-
-        reply = await answer_one(turn, run, request.stop, on_delta,
-                                 on_progress if request.return_progress else None)
-        await out.event(event({}, reply.finish_reason, timings=timings(reply.stats)))
-        return reply
-
-
-class Completions(Endpoint):
-    """POST /v1/completions: the legacy endpoint, a raw prompt continued."""
-
-    def parse(self, body: bytes) -> CompletionRequest:
-        return parse_completion_request(body)
-
-    async def answer(self, request: CompletionRequest, out: Responder) -> None:
-        meta = {**self.meta("cmpl"), "object": "text_completion"}
-        replies: list[Reply] = []
-        asked = [p for p in request.prompts for _ in range(request.n)]
-        async with self.host.turn() as turn:
-            for index, prompt in enumerate(asked):
-                replies.append(await self._choice(request, prompt, meta, index, turn, out))
-        stats = combined([r.stats for r in replies])
-        if len(request.prompts) > 1:  # every prompt counts once
-            firsts = [r.stats for r in replies[::request.n]]
-            stats = replace(stats, prompt_length=sum(s.prompt_length for s in firsts),
-                            reused_tokens=sum(s.reused_tokens for s in firsts))
-        if not request.stream:
-            choices = []
-            for i, r in enumerate(replies):
-                head = asked[i] if request.echo and isinstance(asked[i], str) else ""
-                logprobs = (legacy_logprobs(r.logprobs, len(head))
-                            if request.logprobs is not None else None)
-                choices.append({"index": i, "text": head + r.text, "logprobs": logprobs,
-                                "finish_reason": _legacy_finish(r.finish_reason)})
-            return await out.json(200, {**meta, "choices": choices, "usage": usage(stats)})
-        if request.include_usage:
-            await out.event({**meta, "choices": [], "usage": usage(stats)})
-        await out.event("[DONE]")
-        await out.end()
-
-    async def _choice(self, request: CompletionRequest, prompt: Prompt, meta: dict, index: int,
-                      turn: Turn, out: Responder) -> Reply:
-        run = completion_run(prompt, seeded(request.options, index % request.n))
-        echo = prompt if request.echo and isinstance(prompt, str) else ""
-        offset = len(echo)
-
-        def event(text: str, finish: str | None = None, logprobs: Any = None) -> dict:
-            return {**meta, "choices": [{"index": index, "text": text, "logprobs": logprobs,
-                                         "finish_reason": finish}]}
-
-        async def on_delta(d: Delta, first: bool) -> None:
-            nonlocal offset
-            if not request.stream:
-                return
-            if first:
-                if not out.started:
-                    await out.start_events()
-                if echo:
-                    await out.event(event(echo))
-            lps = legacy_logprobs(d.logprobs, offset) if request.logprobs is not None else None
-            if d.content:
-                await out.event(event(d.content, logprobs=lps))
-                offset += len(d.content)
-
-        async def on_progress(chunk: Chunk) -> None:
-            if not out.started:
-                await out.start_events()
-            assert chunk.progress is not None
-            await out.event({**event(""), "prompt_progress": prompt_progress(chunk.progress,
-                                                                             chunk.stats)})
-
-        reply = await answer_one(turn, run, request.stop, on_delta,
-                                 on_progress if request.return_progress else None)
-        if request.stream:
-            await out.event(event("", _legacy_finish(reply.finish_reason)))
-        return reply
-
-
-def _legacy_finish(reason: str | None) -> str | None:
-    """The completions endpoint knows only "stop" and "length"."""
-    return "length" if reason == "length" else ("stop" if reason is not None else None)
-
-
-async def _quiet(_delta: Delta, _first: bool) -> None:
-    """A whole (non-streaming) answer sends nothing while it is written."""
-
-
-async def _rest(first: Chunk, chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
-    """The chunks after `first` (none when `first` ended the answer)."""
-    if first.finish_reason is None:
-        async for chunk in chunks:
-            yield chunk
-
-
-async def _with_first(first: Chunk, chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
-    yield first
-    async for chunk in _rest(first, chunks):
-        yield chunk
-
-
-async def _cancel_on_disconnect(receive: Callable, scope: anyio.CancelScope) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-    scope.cancel()
+from pocketchat.server.endpoint import MAX_BODY_BYTES
+from pocketchat.server.guard import Guard, send_error
+from pocketchat.server.host import EngineHost
+from pocketchat.server.openapi import document
+from pocketchat.server.protocols.openai.encode import error_body
+from pocketchat.server.protocols.openai.endpoints import ChatCompletions, Completions
 
 
 def create_app(host: EngineHost, *, model_id: str, aliases: Sequence[str] = (),
@@ -418,6 +46,11 @@ def create_app(host: EngineHost, *, model_id: str, aliases: Sequence[str] = (),
     async def health(_: Request) -> JSONResponse:
         body = {**host.health(), "model": model_id}
         return JSONResponse(body, status_code=200 if host.state == "ready" else 503)
+
+    spec = document()
+
+    async def openapi(_: Request) -> JSONResponse:
+        return JSONResponse(spec)
 
     async def models(_: Request) -> JSONResponse:
         return JSONResponse({"object": "list", "data": [card]})
@@ -436,7 +69,8 @@ def create_app(host: EngineHost, *, model_id: str, aliases: Sequence[str] = (),
         text = getattr(exc, "detail", None) or "internal server error"
         if status in (404, 405):
             text = (f"{text}: {request.method} {request.url.path}. This server answers POST "
-                    "/v1/chat/completions, POST /v1/completions, GET /v1/models and GET /health.")
+                    "/v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health and "
+                    "GET /openapi.json (the API's schema).")
         body = {"error": {"message": str(text), "type": kind, "param": None, "code": None}}
         return JSONResponse(body, status_code=status, headers=getattr(exc, "headers", None))
 
@@ -450,6 +84,7 @@ def create_app(host: EngineHost, *, model_id: str, aliases: Sequence[str] = (),
 
     routes = [
         Route("/health", health, methods=["GET"]),
+        Route("/openapi.json", openapi, methods=["GET"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/v1/models/{name:path}", model, methods=["GET"]),
         Route("/v1/chat/completions", ChatCompletions(host, model_id, aliases, max_body),

@@ -1,6 +1,6 @@
 """Who may talk to the server: the API key and, on loopback, the Host header.
 
-- API key: required on every path but /health when one is set (`Authorization: Bearer KEY`),
+- API key: required on every path but /health and /openapi.json when one is set (`Authorization: Bearer KEY`),
   compared in constant time (both sides hashed first, so not even the length leaks). OPTIONS
   (a browser's CORS preflight, which never carries the key) needs none: it is answered with
   headers only (cors.py), and no model is reached.
@@ -23,7 +23,7 @@ from typing import Any, Callable
 from pocketchat.errors import ApiError
 
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1", "[::1]"}
-OPEN_PATHS = {"/health"}
+OPEN_PATHS = {"/health", "/openapi.json"}
 
 
 def host_name(host_header: str) -> str:
@@ -108,6 +108,6 @@ async def send_json(send: Callable, status: int, body: Any,
 
 
 async def send_error(send: Callable, exc: ApiError) -> None:
-    from pocketchat.server.protocol import error_body
+    from pocketchat.server.protocols.openai.encode import error_body
 
     await send_json(send, exc.status, error_body(exc), exc.headers)

@@ -27,6 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
+import signal
+import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -43,6 +46,7 @@ State = Literal["loading", "ready", "error", "not_responding"]
 LIVENESS_POLL = 0.25  # how often the host asks whether the worker responds
 RESTART_STUCK = 30.0  # seconds a worker may stay not responding before it is restarted
 Run = Callable[[Engine], Iterator[Chunk]]  # one answer, asked of the loaded engine
+STOP_GRACE = 0.5  # seconds the worker has to end by itself when the server stops
 
 
 def chat_run(messages: Sequence[Message], options: ChatOptions) -> Run:
@@ -153,6 +157,7 @@ class EngineHost:
                                             thread_name_prefix="pocketchat-engine")
         self._turn: asyncio.Semaphore | None = None
         self._loading: asyncio.Lock | None = None
+        self._stopped: asyncio.Event | None = None
         self._durations: deque[float] = deque(maxlen=16)
         self._crashed: Engine | None = None
         self._answers: set[Answer] = set()
@@ -173,6 +178,7 @@ class EngineHost:
         """Begin loading the model in the background (call inside the server's event loop)."""
         self._turn = asyncio.Semaphore(self.slots)
         self._loading = asyncio.Lock()
+        self._stopped = asyncio.Event()
         loop = asyncio.get_running_loop()
         loop.create_task(self._load_now())
         self._watcher = loop.create_task(self._watch())
@@ -211,20 +217,36 @@ class EngineHost:
             pass  # state and error say what happened
 
     async def stop(self) -> None:
+        """Close the engine (the server is stopping): its worker is given STOP_GRACE seconds to
+        end by itself, then stopped (one reading a long prompt answers nothing until its batch
+        is done, and the server must not wait for that; one not responding is killed at once)."""
         if self._watcher is not None:
             self._watcher.cancel()
         engine, self.engine = self.engine, None
         if engine is not None:
-            end = _ender(engine)
-            await asyncio.get_running_loop().run_in_executor(self._executor, end)
+            closer = threading.Thread(target=_ender(engine), name="pocketchat-close", daemon=True)
+            closer.start()
+            deadline = time.monotonic() + STOP_GRACE
+            while closer.is_alive() and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            if closer.is_alive():
+                _kill_worker(engine)
         self._executor.shutdown(wait=False)
 
     def close_doors(self) -> None:
-        """The server is stopping: the answer in progress ends now (finish_reason 'cancelled'),
-        requests that wait or arrive get a 503, so every connection finishes promptly."""
+        """The server is stopping: the answer in progress ends now, requests that wait or
+        arrive get a 503, and every endpoint answers at once (`stopped`), without waiting for
+        the engine, so every connection finishes promptly."""
         self.closing = True
+        if self._stopped is not None:
+            self._stopped.set()
         for answer in list(self._answers):
             answer.cancel()
+
+    async def wait_stopping(self) -> None:
+        """Return when the server begins to stop (`close_doors`)."""
+        assert self._stopped is not None
+        await self._stopped.wait()
 
     def _open(self) -> Engine:
         if self._crashed is not None:
@@ -403,14 +425,25 @@ class Turn:
             yield answer
         finally:
             answer.cancel()
-            with anyio.CancelScope(shield=True):
-                await answer.wait_stopped()
+            if not host.closing:  # stopping: the engine is closed next, nobody waits for it
+                with anyio.CancelScope(shield=True):
+                    await answer.wait_stopped()
             host._answers.discard(answer)
             host.running -= 1
             if answer.crashed:
                 host._engine_crashed(engine)
             else:
                 host.refresh_status()
+
+
+def _kill_worker(engine: Engine) -> None:
+    """End the engine's worker process now (the server is exiting and it did not stop)."""
+    pid = getattr(engine, "pid", None)
+    if isinstance(pid, int) and pid > 0:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def stopping() -> ApiError:

@@ -23,6 +23,7 @@ import json
 from typing import Any, Mapping, Sequence
 
 from pocketchat.errors import UnsupportedRequest
+from pocketchat.engines.constrain.finite import check_finite
 from pocketchat.engines.constrain.toolcalls import CallFormat
 from pocketchat.engines.types import ChatOptions
 
@@ -192,8 +193,11 @@ def check(grammar: str, param: str, tokenizer: Any = None) -> None:
 
     error = LLMatcher.validate_grammar(grammar, tokenizer)
     if error:
-        first = error.strip().splitlines()[0] if error.strip() else error
-        raise UnsupportedRequest(f"{param} cannot be enforced: {first}", param=param,
+        lines = [line.strip() for line in error.splitlines() if line.strip()]
+        cut = next((i for i, line in enumerate(lines) if "|" in line), len(lines))
+        detail = " ".join(lines[:cut] or lines[:1])  # the error, not the grammar listed after it
+        raise UnsupportedRequest(f"{param} cannot be enforced: {detail or 'llguidance refused it'}",
+                                 param=param,
                                  hint="Simplify that part of the request (llguidance supports "
                                       "most of JSON Schema; not look-around regexes).")
 
@@ -205,7 +209,12 @@ def checked_grammar(options: ChatOptions, fmt: CallFormat, tokenizer: Any = None
     tools = forced_tools(options)
     if tools is not None:
         for i, tool in tools:  # name the tool whose schema fails, before the whole grammar
+            check_finite(_params(tool), f"tools[{i}].function.parameters")
             check_schema(_params(tool), f"tools[{i}].function.parameters", tokenizer)
+    else:
+        schema = response_schema(options)
+        if schema is not None:
+            check_finite(schema, "response_format.json_schema.schema")
     got = request_grammar(options, fmt)
     if got is None:
         return None

@@ -127,8 +127,10 @@ class ToolCallParser:
     Space between calls, and between text and the call after it, is not content.
     """
 
-    def __init__(self, fmt: CallFormat, tools: Sequence[Mapping[str, Any]] = ()) -> None:
+    def __init__(self, fmt: CallFormat, tools: Sequence[Mapping[str, Any]] = (), *,
+                 forced: bool = False) -> None:
         self.format = fmt
+        self.forced = forced  # the answer is a call by construction: its text is never content
         self.schemas = tool_schemas(tools)
         self.calls: list[ToolCall] = []  # every call so far
         self._buf = ""  # text held back: a possible start of OPEN, or space
@@ -182,7 +184,11 @@ class ToolCallParser:
         return "".join(out), tuple(calls)
 
     def flush(self) -> tuple[str, tuple[ToolCall, ...]]:
-        """The end of the answer: a call left open (cut off) comes back as text."""
+        """The end of the answer: a call left open (cut off) comes back as text, unless the
+        call was forced (then its markup is no answer: nothing comes back)."""
+        if self.forced:  # cut off before the call closed: markup, not an answer
+            self._body, self._buf = None, ""
+            return "", ()
         if self._body is not None:
             text = self._gap + OPEN + "".join(self._body) + self._buf
             self._body, self._buf = None, ""

@@ -1,0 +1,54 @@
+"""The server's OpenAPI 3.1 document (GET /openapi.json): every endpoint's request and
+response, built from the same schema dicts the requests are validated against (each
+protocol's schema.py), so the published document is the check."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pocketchat.server.protocols.openai import schema as openai_schema
+
+HEALTH = {
+    "type": "object",
+    "required": ["status", "busy", "queued", "slots", "model"],
+    "properties": {
+        "status": {"enum": ["loading", "ready", "error"]},
+        "busy": {"type": "boolean"}, "queued": {"type": "integer"},
+        "slots": {"type": "object", "properties": {"total": {"type": "integer"},
+                                                   "busy": {"type": "integer"}}},
+        "queue_size": {"type": "integer"}, "restarts": {"type": "integer"},
+        "model": {"type": "string"}, "parallel_note": {"type": "string"},
+        "error": {"type": "string"}, "cache": {"type": "object"},
+    },
+}
+
+
+def document(version: str = "0") -> dict[str, Any]:
+    """The whole document (a fresh copy)."""
+    health_response = {"description": "The server's state (503 until the model is ready).",
+                       "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Health"}}}}
+    paths = {
+        **openai_schema.PATHS,
+        "/health": {"get": {"summary": "Whether the model is loaded; no API key needed.",
+                            "security": [],
+                            "responses": {"200": health_response, "503": health_response,
+                                          "403": {"description": "A Host header other than this "
+                                                                 "machine's.",
+                                                  "content": {"application/json": {"schema": {
+                                                      "$ref": "#/components/schemas/Error"}}}}}}},
+        "/openapi.json": {"get": {"summary": "This document.", "security": [],
+                                  "responses": {"200": {"description": "OpenAPI 3.1",
+                                                        "content": {"application/json": {
+                                                            "schema": {"type": "object"}}}}}}},
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "pocketchat", "version": version,
+                 "description": "An OpenAI-compatible API over one local model. Every request "
+                                "body is validated against the schemas below; a refusal is a "
+                                "400 whose `error.param` names the field."},
+        "paths": paths,
+        "components": {"schemas": {**openai_schema.COMPONENTS, "Health": HEALTH},
+                       "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "security": [{"bearer": []}, {}],
+    }
