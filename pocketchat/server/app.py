@@ -44,6 +44,14 @@ from pocketchat.server.protocols.openai.encode import (error_body, legacy_logpro
                                                        usage)
 from pocketchat.server.protocols.openai.requests import (parse_chat_request,
                                                          parse_completion_request)
+from pocketchat.server.protocols.anthropic import encode as anthropic
+from pocketchat.server.protocols.anthropic.requests import (MessagesRequest, parse_count_request,
+                                                            parse_messages_request)
+from pocketchat.server.protocols.responses import encode as responses
+from pocketchat.server.protocols.responses.requests import ResponsesRequest, responses_request
+from pocketchat.server.protocols.responses.requests import check as check_responses
+from pocketchat.server.protocols.responses.store import ResponseStore
+from pocketchat.server.protocols.validate import parse_json
 from pocketchat.server.request import (ChatRequest, CompletionRequest, Prompt, combined,
                                        seeded)
 from pocketchat.server.reply import Delta, Reply
@@ -55,17 +63,22 @@ SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-
                (b"x-accel-buffering", b"no")]
 
 
+ErrorShape = tuple[Callable[[ApiError], dict], Callable[[ApiError], tuple[str, dict]]]
+
+
 class ClientGone(Exception):
     """The client closed the connection before its request was read."""
 
 
 class Responder:
-    """Sends one response: a JSON body, or server-sent events; errors in OpenAI's shape."""
+    """Sends one response: a JSON body, or server-sent events; errors in the protocol's shape
+    (OpenAI's unless `errors` gives another: (JSON body, (event name, data) on a stream))."""
 
-    def __init__(self, send: Callable) -> None:
+    def __init__(self, send: Callable, errors: "ErrorShape | None" = None) -> None:
         self._send = send
         self.started = False
         self.ended = False
+        self.errors = errors
 
     async def json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
         self.started = self.ended = True
@@ -81,6 +94,17 @@ class Responder:
         await self._send({"type": "http.response.body", "body": f"data: {text}\n\n".encode(),
                           "more_body": True})
 
+    async def named(self, name: str, data: Any) -> None:
+        """One named event (`event: NAME`), as Anthropic's and the Responses API's streams send."""
+        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        await self._send({"type": "http.response.body", "more_body": True,
+                          "body": f"event: {name}\ndata: {text}\n\n".encode()})
+
+    async def comment(self, text: str) -> None:
+        """An SSE comment (clients skip it): keeps a connection alive while a prompt is read."""
+        await self._send({"type": "http.response.body", "body": f": {text}\n\n".encode(),
+                          "more_body": True})
+
     async def end(self) -> None:
         if self.started and not self.ended:
             self.ended = True
@@ -88,9 +112,13 @@ class Responder:
 
     async def fail(self, exc: ApiError) -> None:
         if not self.started:
-            await self.json(exc.status, error_body(exc), exc.headers)
+            body = error_body(exc) if self.errors is None else self.errors[0](exc)
+            await self.json(exc.status, body, exc.headers)
         elif not self.ended:
-            await self.event(error_body(exc))
+            if self.errors is None:
+                await self.event(error_body(exc))
+            else:
+                await self.named(*self.errors[1](exc))
             await self.end()
 
 
@@ -170,6 +198,8 @@ class Endpoint:
     goes away cancels the request at once, queued or generating.
     """
 
+    errors: ErrorShape | None = None  # the protocol's error shape (None: OpenAI's)
+
     def __init__(self, host: EngineHost, model_id: str, aliases: Sequence[str] = (),
                  max_body: int = MAX_BODY_BYTES) -> None:
         self.host = host
@@ -184,12 +214,9 @@ class Endpoint:
         raise NotImplementedError
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        out = Responder(send)
-        try:
+        out = Responder(send, self.errors)
+        try:  # any model name is answered: agents send their own ids (issue 30)
             request = self.parse(await read_body(scope, receive, self.max_body))
-            if request.model is not None and request.model not in self.names:
-                raise ApiError(f"the model {request.model!r} does not exist: this server runs "
-                               f"{self.model_id!r}", status=404, code="model_not_found", param="model")
         except ApiError as exc:
             return await out.fail(exc)
         except ClientGone:
@@ -422,6 +449,137 @@ async def _with_first(first: Chunk, chunks: AsyncIterator[Chunk]) -> AsyncIterat
         yield chunk
 
 
+class Messages(Endpoint):
+    """POST /v1/messages: Anthropic's Messages API (protocols/anthropic/)."""
+
+    errors = (anthropic.error_body, anthropic.error_event)
+
+    def parse(self, body: bytes) -> MessagesRequest:
+        return parse_messages_request(body)
+
+    async def answer(self, request: MessagesRequest, out: Responder) -> None:
+        chat, mid = request.chat, anthropic.message_id()
+        events = anthropic.MessageStream(mid, request.model, request.show_thinking)
+
+        async def begin(stats: Any) -> None:
+            if not out.started:
+                await out.start_events()
+                for event in events.start(stats):
+                    await out.named(*event)
+
+        async def on_delta(d: Delta, _first: bool) -> None:
+            if chat.stream:
+                await begin(d.stats)
+                for event in events.delta(d.reasoning, d.content, d.tool_calls):
+                    await out.named(*event)
+
+        async def on_progress(chunk: Chunk) -> None:
+            await begin(chunk.stats)
+            await out.named(*events.ping())
+
+        async with self.host.turn() as turn:
+            reply = await answer_one(turn, chat_run(chat.messages, chat.options), chat.stop,
+                                     on_delta, on_progress if chat.stream else None)
+        if not chat.stream:
+            return await out.json(200, anthropic.message_body(
+                mid, request.model, reply.text, reply.thinking, reply.tool_calls, reply.stats,
+                reply.finish_reason, reply.matched, request.show_thinking))
+        await begin(reply.stats)
+        for event in events.finish(reply.stats, reply.finish_reason, reply.matched):
+            await out.named(*event)
+        await out.end()
+
+
+class CountTokens(Endpoint):
+    """POST /v1/messages/count_tokens: the prompt a Messages request would read, counted by
+    the engine with the model's template (the answer is stopped at its first piece)."""
+
+    errors = (anthropic.error_body, anthropic.error_event)
+
+    def parse(self, body: bytes) -> MessagesRequest:
+        return parse_count_request(body)
+
+    async def answer(self, request: MessagesRequest, out: Responder) -> None:
+        options = replace(request.chat.options, max_tokens=1)
+        async with self.host.turn() as turn:
+            async with turn.answer(chat_run(request.chat.messages, options)) as answer:
+                first = await anext(aiter(answer))  # leaving the block stops the answer
+        if first.finish_reason == "error":
+            raise chunk_error(first)
+        refuse_dropped(first)
+        await out.json(200, {"input_tokens": first.stats.prompt_length or first.stats.prompt_tokens})
+
+
+class Responses(Endpoint):
+    """POST /v1/responses: OpenAI's Responses API (protocols/responses/); kept in `store`."""
+
+    def __init__(self, host: EngineHost, model_id: str, aliases: Sequence[str], max_body: int,
+                 store: ResponseStore) -> None:
+        super().__init__(host, model_id, aliases, max_body)
+        self.store = store
+
+    def parse(self, body: bytes) -> ResponsesRequest:
+        data = parse_json(body)
+        check_responses(data)
+        previous = data.get("previous_response_id")
+        earlier = self.store.items(previous) if previous else ()
+        if earlier is None:
+            raise ApiError(f"no stored response has the id {previous!r} (responses are kept in "
+                           "this server's memory until it restarts, and only with 'store')",
+                           status=404, code="previous_response_not_found",
+                           param="previous_response_id")
+        return responses_request(data, earlier)
+
+    async def answer(self, request: ResponsesRequest, out: Responder) -> None:
+        chat, data = request.chat, request.data
+        rid, created = responses.new_id("resp"), int(time.time())
+
+        def body(output: list, reply: Reply | None) -> dict[str, Any]:
+            return responses.response(rid, created, chat.model or self.model_id, data, output,
+                                      reply.stats if reply else None,
+                                      reply.finish_reason if reply else None,
+                                      request.ignored_tools, request.store,
+                                      list(data.get("tools") or ()))
+
+        events = responses.ResponseStream(body([], None), request.include_encrypted)
+
+        async def begin() -> None:
+            if not out.started:
+                await out.start_events()
+                for event in events.start():
+                    await out.named(*event)
+
+        async def on_delta(d: Delta, _first: bool) -> None:
+            if chat.stream:
+                await begin()
+                for event in events.delta(d.reasoning, d.content, d.tool_calls):
+                    await out.named(*event)
+
+        async def on_progress(_chunk: Chunk) -> None:
+            await begin()
+            await out.comment("reading the prompt")
+
+        async with self.host.turn() as turn:
+            reply = await answer_one(turn, chat_run(chat.messages, chat.options), (), on_delta,
+                                     on_progress if chat.stream else None)
+        if chat.stream:
+            await begin()
+            whole = body([], reply)
+            for event in events.finish(whole):
+                await out.named(*event)
+            output = events.output
+        else:
+            output = responses.output_items(reply.text, reply.thinking, reply.tool_calls,
+                                            request.include_encrypted)
+            whole = body(output, reply)
+        if request.store:
+            self.store.put(whole, (*request.items, *(responses.as_input(o) for o in output)))
+        if chat.stream:
+            await out.end()
+        else:
+            await out.json(200, whole)
+
+
 async def _cancel_on_stop(host: EngineHost, scope: anyio.CancelScope) -> None:
     await host.wait_stopping()
     scope.cancel()
@@ -463,14 +621,33 @@ def create_app(host: EngineHost, *, model_id: str, aliases: Sequence[str] = (),
             return JSONResponse(error_body(exc), status_code=404)
         return JSONResponse(card)
 
+    store = ResponseStore()
+
+    def unknown_response(rid: str) -> JSONResponse:
+        exc = ApiError(f"no stored response has the id {rid!r}", status=404,
+                       code="response_not_found", param="id")
+        return JSONResponse(error_body(exc), status_code=404)
+
+    async def stored(request: Request) -> JSONResponse:
+        rid = request.path_params["id"]
+        found = store.body(rid)
+        return JSONResponse(found) if found is not None else unknown_response(rid)
+
+    async def forget(request: Request) -> JSONResponse:
+        rid = request.path_params["id"]
+        if not store.delete(rid):
+            return unknown_response(rid)
+        return JSONResponse({"id": rid, "object": "response", "deleted": True})
+
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
         status = getattr(exc, "status_code", 500)
         kind = "server_error" if status >= 500 else "invalid_request_error"
         text = getattr(exc, "detail", None) or "internal server error"
         if status in (404, 405):
             text = (f"{text}: {request.method} {request.url.path}. This server answers POST "
-                    "/v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health and "
-                    "GET /openapi.json (the API's schema).")
+                    "/v1/chat/completions, POST /v1/completions, POST /v1/messages, POST "
+                    "/v1/responses, GET /v1/models, GET /health and GET /openapi.json (the API's "
+                    "schema); the /v1 prefix may be left out.")
         body = {"error": {"message": str(text), "type": kind, "param": None, "code": None}}
         return JSONResponse(body, status_code=status, headers=getattr(exc, "headers", None))
 
@@ -482,19 +659,27 @@ def create_app(host: EngineHost, *, model_id: str, aliases: Sequence[str] = (),
         finally:
             await host.stop()
 
-    routes = [
-        Route("/health", health, methods=["GET"]),
-        Route("/openapi.json", openapi, methods=["GET"]),
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/v1/models/{name:path}", model, methods=["GET"]),
-        Route("/v1/chat/completions", ChatCompletions(host, model_id, aliases, max_body),
-              methods=["POST"]),
-        Route("/v1/completions", Completions(host, model_id, aliases, max_body), methods=["POST"]),
+    api: list[tuple[str, Any, list[str]]] = [  # served with and without the /v1 prefix
+        ("/v1/models", models, ["GET"]),
+        ("/v1/models/{name:path}", model, ["GET"]),
+        ("/v1/chat/completions", ChatCompletions(host, model_id, aliases, max_body), ["POST"]),
+        ("/v1/completions", Completions(host, model_id, aliases, max_body), ["POST"]),
+        ("/v1/messages", Messages(host, model_id, aliases, max_body), ["POST"]),
+        ("/v1/messages/count_tokens", CountTokens(host, model_id, aliases, max_body), ["POST"]),
+        ("/v1/responses", Responses(host, model_id, aliases, max_body, store), ["POST"]),
+        ("/v1/responses/{id}", stored, ["GET"]),
+        ("/v1/responses/{id}", forget, ["DELETE"]),
     ]
+    routes = [Route("/health", health, methods=["GET"]),
+              Route("/openapi.json", openapi, methods=["GET"])]
+    routes += [Route(path, endpoint, methods=methods) for path, endpoint, methods in api]
+    routes += [Route(path.removeprefix("/v1"), endpoint, methods=methods)
+               for path, endpoint, methods in api]
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={HTTPException: http_error, Exception: http_error})
     guarded = Guard(Preflight(app), api_key=api_key, loopback_only=loopback_only)
     return Cors(guarded, CorsPolicy(cors_origins))
 
 
-__all__ = ["create_app", "ChatCompletions", "Completions", "MAX_BODY_BYTES", "send_error"]
+__all__ = ["create_app", "ChatCompletions", "Completions", "Messages", "CountTokens", "Responses",
+           "MAX_BODY_BYTES", "send_error"]
