@@ -265,9 +265,9 @@ class Session:
         finally:
             if not finished:  # the caller stopped reading: stop the engine's answer too
                 self.engine.cancel()
-                close = getattr(inner, "close", None)
-                if close is not None:
-                    close()
+            close = getattr(inner, "close", None)
+            if close is not None:  # an answer that failed too: the engine's guard is let go
+                close()
             self._busy.release()
 
     def cancel(self) -> None:
