@@ -196,5 +196,6 @@ class ResponseStream:
         if not self.output:
             events += self._open(message_item(new_id("msg"), "", "in_progress")) + self._close()
         body["output"] = self.output
-        kind = "response.incomplete" if body["status"] == "incomplete" else "response.completed"
-        return events + [self._event(kind, response=body)]
+        # response.completed even when the cap cut the answer (status "incomplete"): the
+        # clients' stream helpers (the openai SDK's, Codex) wait for this event to end.
+        return events + [self._event("response.completed", response=body)]
