@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 MessageLike = Mapping[str, Any] | Message
 
-__all__ = ["ChatResult", "Session", "choose", "load", "open_session"]
+__all__ = ["ChatResult", "Session", "choose", "download_hooks", "load", "open_session"]
 
 
 @dataclass(frozen=True)
@@ -82,21 +82,80 @@ def open_session(choice: "ModelChoice", *, in_process: bool = False,
 
 def load(model: str | None = None, *, ctx: int | None = None, backend: "Backend | None" = None,
          offline: bool = False, threads: int | None = None, lang: str = "en",
-         confirm: Callable[["DownloadPlan"], bool] | None = None,
+         download: bool | Callable[["DownloadPlan"], bool] = True,
          progress: Callable[["DownloadProgress"], None] | None = None,
          in_process: bool = False) -> "Session":
     """The model this machine should run (the plan `pocketchat --recommend` shows), loaded.
 
     `model`: a build id, REPO:QUANT, REPO/FILE, a local .gguf or MLX folder, or "starter" (the
     small model that ships with pocketchat); None: the recommendation. `ctx`, `backend`,
-    `threads`, `lang` fix what the plan would otherwise choose. A missing model is downloaded
-    (`confirm(plan)` may refuse; `progress` sees it) unless `offline`.
+    `threads`, `lang` fix what the plan would otherwise choose.
+
+    A model not on disk is downloaded once (the Hugging Face cache; resumed, checked), as
+    `download` says: True (the default) says what and how big on stderr first, then fetches;
+    False refuses (DownloadDeclined, with the size; nothing is fetched); a function
+    `download(plan) -> bool` decides (`plan.total_bytes`, `plan.question()`; nothing is
+    written to stderr then). The progress is a bar on stderr when stderr is a terminal, or
+    goes to `progress(p)` (a `DownloadProgress`) when given. `offline`: never the network.
     """
     from pocketchat.commands.selection import Selection
 
     selection = Selection(model=model, ctx=ctx, backend=backend, offline=offline,
                           threads=threads, lang=lang, yes=True).checked()
-    return open_session(choose(selection, confirm=confirm, progress=progress), in_process=in_process)
+    confirm, report, finish = download_hooks(download, progress)
+    try:
+        choice = choose(selection, confirm=confirm, progress=report)
+    finally:
+        finish()
+    return open_session(choice, in_process=in_process)
+
+
+def download_hooks(download: bool | Callable[["DownloadPlan"], bool],
+                   progress: Callable[["DownloadProgress"], None] | None,
+                   stream: Any = None
+                   ) -> tuple[Callable[["DownloadPlan"], bool],
+                              Callable[["DownloadProgress"], None] | None, Callable[[], None]]:
+    """`load`'s `download` and `progress` as the store takes them: (confirm, progress, finish:
+    ends the bar's line). `stream`: where the size and the bar go (default sys.stderr)."""
+    import sys
+
+    from pocketchat.commands.download import TerminalProgress
+    from pocketchat.errors import DownloadDeclined
+    from pocketchat.store.types import human_bytes
+    from pocketchat.textsafe import visible
+
+    out = stream if stream is not None else sys.stderr
+    bar = None
+    if progress is None and out is not None and getattr(out, "isatty", lambda: False)():
+        bar = TerminalProgress(out)
+
+    def confirm(plan: "DownloadPlan") -> bool:
+        size = human_bytes(plan.total_bytes)
+        if plan.resumed_bytes > 0:
+            size += f", {human_bytes(plan.transfer_bytes)} left to fetch"
+        if download is True:
+            if out is not None:
+                out.write(visible(f"pocketchat: downloading {plan.name} ({size}) to "
+                                  f"{plan.destination}; free disk after: "
+                                  f"{human_bytes(plan.free_after_bytes)}") + "\n")
+                out.flush()
+            return True
+        if download is False:
+            why = "load() was called with download=False"
+        elif callable(download) and download(plan):
+            return True
+        else:
+            why = "the download function said no"
+        raise DownloadDeclined(f"not downloading {visible(plan.name)} ({size}): {why}; nothing "
+                               "was downloaded",
+                               hint="Pass download=True to load() to fetch it, or load a model "
+                                    "that is on disk (`pocketchat models` lists them).")
+
+    def finish() -> None:
+        if bar is not None:
+            bar.finish()
+
+    return confirm, (progress if progress is not None else bar), finish
 
 
 class Session:
@@ -250,25 +309,37 @@ class Session:
 
     def _stream(self, messages: tuple[Message, ...], options: ChatOptions,
                 start: Callable[[], Iterator[Chunk]] | None = None) -> Iterator[Chunk]:
+        """The engine's chunks under the session's one-answer guard: a failed chunk raises its
+        error; the guard is let go before the final chunk is handed over, and on every error
+        or early stop (the engine's answer is cancelled and closed then)."""
         if not self._busy.acquire(blocking=False):
             raise EngineError("this session is answering already (one answer at a time)",
                               hint="Read the other answer to its end, or close its iterator, first.")
-        finished = False
-        inner = start() if start is not None else self.engine.chat(messages, options)
+        held, finished = True, False
+        inner: Iterator[Chunk] | None = None
         try:
+            inner = start() if start is not None else self.engine.chat(messages, options)
             for chunk in inner:
                 if chunk.finish_reason == "error":
                     finished = True
                     raise chunk.failure or EngineError(f"the answer failed: {chunk.error or 'unknown error'}")
-                finished = chunk.finish_reason is not None
+                if chunk.finish_reason is not None:
+                    finished = True
+                    held = False
+                    self._busy.release()
                 yield chunk
         finally:
-            if not finished:  # the caller stopped reading: stop the engine's answer too
-                self.engine.cancel()
-            close = getattr(inner, "close", None)
-            if close is not None:  # an answer that failed too: the engine's guard is let go
-                close()
-            self._busy.release()
+            try:
+                if not finished and inner is not None:
+                    self.engine.cancel()  # the caller stopped reading: stop the engine's answer too
+            finally:
+                try:
+                    close = getattr(inner, "close", None)
+                    if close is not None:
+                        close()
+                finally:
+                    if held:
+                        self._busy.release()
 
     def cancel(self) -> None:
         """Stop the answer in flight (safe from another thread); it ends with 'cancelled'."""

@@ -80,6 +80,7 @@ def _started(tmp_path: Path) -> ServerProcess:
     return srv
 
 
+@pytest.mark.perf
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_stopping_while_a_streamed_prompt_is_read_is_prompt_and_in_openais_shape(tmp_path, sig):
     srv = _started(tmp_path)
@@ -105,6 +106,7 @@ def test_stopping_while_a_streamed_prompt_is_read_is_prompt_and_in_openais_shape
     assert srv.proc.returncode == 0 and "Traceback" not in srv.log(), srv.log()
 
 
+@pytest.mark.perf
 def test_ctrl_c_on_an_idle_server_exits_within_a_second_without_a_traceback(tmp_path):
     srv = _started(tmp_path)
     try:

@@ -238,7 +238,10 @@ def stoppable_server(config, host) -> "uvicorn.Server":  # noqa: F821 - imported
                 return
             self.should_exit = True
             if self.loop is not None:
-                self.loop.call_soon_threadsafe(host.close_doors)
+                try:
+                    self.loop.call_soon_threadsafe(host.close_doors)
+                except RuntimeError:  # the loop has closed already: nothing is left open
+                    pass
 
     logging.getLogger("uvicorn.error").addFilter(_CancelledAtShutdown())
     return Server(config)

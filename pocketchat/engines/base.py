@@ -355,21 +355,45 @@ class EngineBase:
 
     def _chat(self, messages: tuple[Message, ...], opts: ChatOptions, *,
               prompt: str | Sequence[int] | None = None) -> Iterator[Chunk]:
+        """One answer under the busy lock. The lock is let go before the final chunk is
+        handed over (the answer is over for the caller, whatever it does with this iterator
+        after), and taken again, if still free, only to settle the state when the caller reads
+        on; closing the iterator, or an error anywhere, lets it go too."""
         if self._closed:
             raise EngineError("the engine is closed", hint="Open the model again.")
         if not self._busy.acquire(blocking=False):
             raise EngineError("the engine is already answering; cancel that answer first")
-        self._cancel.clear()
-        self._active = True
+        held = True
+        inner = None
         try:
-            if prompt is None:
-                yield from self._answer(messages, opts)
-            else:
-                yield from self._continue_text(prompt, opts)
-        finally:
-            self._active = False
             self._cancel.clear()
-            self._busy.release()
+            self._active = True
+            inner = (self._answer(messages, opts) if prompt is None
+                     else self._continue_text(prompt, opts))
+            for chunk in inner:
+                if chunk.finish_reason is None:
+                    yield chunk
+                    continue
+                held = self._let_go()
+                yield chunk
+                if self._closed or not self._busy.acquire(blocking=False):
+                    return  # another answer took the engine: this one's settling is skipped
+                held = True
+                self._active = True
+        finally:
+            try:
+                if inner is not None:
+                    inner.close()  # a stopped answer's finally (its generator) runs now
+            finally:
+                if held:
+                    self._let_go()
+
+    def _let_go(self) -> bool:
+        """End the answer's hold on the engine (False: nothing is held now)."""
+        self._active = False
+        self._cancel.clear()
+        self._busy.release()
+        return False
 
     def _render(self, messages: Sequence[Message], thinking: bool, *, generation: bool = True,
                 options: ChatOptions | None = None) -> str:
@@ -481,8 +505,8 @@ class EngineBase:
         try:
             plan = self._prompt(messages, opts)
             control = self._token_control(plan, opts)
-        except PocketchatError as exc:
-            yield Chunk.failed(exc, Stats(context_limit=self.n_ctx))
+        except Exception as exc:  # noqa: BLE001 - a request it cannot take ends with an error chunk
+            yield Chunk.failed(exc, Stats(context_limit=self.n_ctx), prefix=f"{self.label} failed: ")
             return
         progress = Progress(plan, started, prepared, settled=settled)
         tools = offered_tools(opts)
@@ -528,8 +552,8 @@ class EngineBase:
             budget = self.n_ctx - reply_reserve(self.n_ctx, opts.max_tokens)
             if len(tokens) > budget:
                 raise ContextOverflow(len(tokens), budget)
-        except PocketchatError as exc:
-            yield Chunk.failed(exc, Stats(context_limit=self.n_ctx))
+        except Exception as exc:  # noqa: BLE001 - a request it cannot take ends with an error chunk
+            yield Chunk.failed(exc, Stats(context_limit=self.n_ctx), prefix=f"{self.label} failed: ")
             return
         # A state that cannot be cut back keeps a checkpoint just before the last prompt token,
         # so the same prompt (or a longer one) is reused by the next request.

@@ -1,6 +1,6 @@
 """The worker's child process: it loads the backend and serves the parent's requests.
 
-See `worker` for the protocol. Requests run one at a time in the main thread; a listener
+See `worker` for the launch and the protocol (`run` is the entry `worker.launch` starts). Requests run one at a time in the main thread; a listener
 thread takes "cancel" and "close" while an answer runs, so cancel reaches the backend (its
 abort callback included) inside a decode. A backend with several sequences (`slots.Slots`,
 a plan with `parallel` N > 1) answers each chat in its own thread, up to N at once; a cancel
@@ -114,6 +114,13 @@ def main(conn: Any, plan: LoadPlan, path: str, name: str | None,
     if engine is not None:
         send(("ready", engine.info))
         _serve(engine, conn, send, chunk_interval)
+
+
+def run(conn: Any) -> None:
+    """The entry of a worker launched as its own interpreter (`worker.launch`): its
+    arguments come over `conn`; stdout and stderr are already the worker's log."""
+    plan, path, name, chunk_interval = conn.recv()
+    main(conn, plan, path, name, None, chunk_interval)
 
 
 def _load(plan: LoadPlan, path: str, name: str | None, send: Callable[[tuple], None]) -> Any:
@@ -248,34 +255,37 @@ def _stream(engine: Any, req: int, messages: Sequence[Message] | str | Sequence[
     first = True
     answer = None
     try:
-        answer = (engine.complete if kind == "complete" else engine.chat)(messages, options)
-        cancel = getattr(answer, "cancel", engine.cancel)  # a sequence's answer: it alone
-        if answers is not None:
-            answers[req] = answer
-            if req in cancelled:
-                cancel()
-        for chunk in answer:
-            pending.append(chunk)
-            if chunk.finish_reason is not None:
-                break
-            now = time.monotonic()
-            if first or now - last_flush >= chunk_interval:
-                send(("chunk", req, _merge(pending)))
-                pending, last_flush = [], now
-                first = first and chunk.progress is not None  # the first token goes at once too
-            if req in cancelled:
-                cancel()
-    except Exception as exc:  # noqa: BLE001 - the answer ends with the error, the worker lives
-        pending.append(Chunk.failed(exc, pending[-1].stats if pending else None))
-    if not pending or pending[-1].finish_reason is None:
-        pending.append(Chunk(stats=pending[-1].stats if pending else Stats(), finish_reason="error",
-                             error="the engine ended the answer without a finish reason"))
-    send(("chunk", req, _merge(pending)))
-    if answer is not None and pending[-1].finish_reason in SETTLED:
-        try:  # the engine readies its cache for the next turn (base.EngineBase._settle)
-            for _ in answer:
+        try:
+            answer = (engine.complete if kind == "complete" else engine.chat)(messages, options)
+            cancel = getattr(answer, "cancel", engine.cancel)  # a sequence's answer: it alone
+            if answers is not None:
+                answers[req] = answer
+                if req in cancelled:
+                    cancel()
+            for chunk in answer:
+                pending.append(chunk)
+                if chunk.finish_reason is not None:
+                    break
+                now = time.monotonic()
+                if first or now - last_flush >= chunk_interval:
+                    send(("chunk", req, _merge(pending)))
+                    pending, last_flush = [], now
+                    first = first and chunk.progress is not None  # the first token goes at once too
+                if req in cancelled:
+                    cancel()
+        except Exception as exc:  # noqa: BLE001 - the answer ends with the error, the worker lives
+            pending.append(Chunk.failed(exc, pending[-1].stats if pending else None))
+        if not pending or pending[-1].finish_reason is None:
+            pending.append(Chunk(stats=pending[-1].stats if pending else Stats(), finish_reason="error",
+                                 error="the engine ended the answer without a finish reason"))
+        send(("chunk", req, _merge(pending)))
+        if answer is not None and pending[-1].finish_reason in SETTLED:
+            try:  # the engine readies its cache for the next turn (base.EngineBase._settle)
+                for _ in answer:
+                    pass
+            except Exception:  # noqa: BLE001 - the answer is already delivered
                 pass
-        except Exception:  # noqa: BLE001 - the answer is already delivered
-            pass
-    if answers is not None and answer is not None:
-        answer.close()  # its sequence is free again at once, however the answer ended
+    finally:
+        close = getattr(answer, "close", None)
+        if close is not None:
+            close()  # its guard and sequence are free again at once, however the answer ended

@@ -289,6 +289,9 @@ class SlotAnswer:
             self._released = True
             self._slots._release(self.seq)
 
+    def __del__(self) -> None:  # dropped without close (its generator closes itself)
+        self._release()
+
 
 class Slots:
     """An `Engine` that answers up to N conversations at once, one per sequence engine."""
@@ -370,7 +373,12 @@ class Slots:
             self._busy.add(k)
             self._last[k] = messages
             self._used[k] = time.monotonic()
-        return SlotAnswer(self, k, answer(self.engines[k]))
+        try:
+            chunks = answer(self.engines[k])
+        except BaseException:
+            self._release(k)  # the answer never started: its sequence is free again
+            raise
+        return SlotAnswer(self, k, chunks)
 
     def _settling_now(self, seq: int) -> None:
         with self._lock:

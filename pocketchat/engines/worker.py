@@ -2,9 +2,20 @@
 
 Why: a busy Python thread in the same process (the Textual UI) starves the generation loop
 of the GIL (75 -> 17 tok/s measured here), and a native crash in llama.cpp would take the chat
-with it. So the backend runs in a `spawn`ed child; the parent only reads chunks.
+with it. So the backend runs in a child process; the parent only reads chunks.
 
-Protocol (pickled tuples over one duplex pipe):
+Launch (`launch`): the child is a fresh interpreter (`sys.executable -c BOOT`, see
+`WorkerProcess`) that imports `pocketchat.engines.child` and nothing of the caller: unlike
+multiprocessing's spawn it never re-runs the caller's `__main__`, so an app that calls
+`pocketchat.load()` at the top of a script, in a notebook or in the REPL works as written.
+It inherits one end of a socket pair (a `multiprocessing.connection.Connection` on both
+sides) and the write end of a pipe it never closes (the parent's read end is the sentinel:
+readable once the child is gone), and gets the caller's `sys.path` (what spawn passed too) and
+then its arguments over the connection. Its stdout and stderr are the worker's log from its
+first byte (the interpreter's own errors included), so nothing it prints reaches the terminal
+or the chat, whatever `sys.stderr` is in the parent.
+
+Protocol (pickled tuples over one duplex connection):
   parent -> child   ("chat", req, messages, options) | ("complete", req, prompt, options)
                     | ("cancel", req) | ("close",)
                     | ("save_state" | "load_state", req, path) | ("status", req)
@@ -24,19 +35,19 @@ Loading: the constructor blocks until the model is loaded (default), or returns 
 `wait=False`; then call `wait_ready(timeout)` (it reports `on_progress(stage, fraction)`),
 read `progress`, and use the engine once it returns True. Load errors are re-raised in the
 parent as the same pocketchat error, fields and hint included (errors pickle whole). If the child dies
-(abort, segfault, kill -9, out of memory), the caller gets `EngineCrashed` with the exit code
-or signal name; the messages passed to `chat()` are never modified, and a new engine can be
-opened at once (also after multiprocessing's resource tracker died: it is relaunched).
+(abort, segfault, kill -9, out of memory, an interpreter that could not start), the caller gets
+`EngineCrashed` with the exit code or signal name and the log's last lines; the messages passed
+to `chat()` are never modified, and a new engine can be opened at once.
 """
 
 from __future__ import annotations
 
 import itertools
-import multiprocessing
+import multiprocessing.connection
 import os
 import queue
-import multiprocessing.connection
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -45,7 +56,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from pocketchat.errors import EngineCrashed, EngineError
-from pocketchat.engines.child import FLUSH_SECONDS, main as child_main
+from pocketchat.engines.child import FLUSH_SECONDS
 from pocketchat.engines.types import ChatOptions, Chunk, EngineInfo, Message
 from pocketchat.types import LoadPlan
 
@@ -84,21 +95,115 @@ def describe_exit(exitcode: int | None) -> str:
     return f"exited with code {exitcode}"
 
 
-def relaunch_resource_tracker() -> None:
-    """Start multiprocessing's resource tracker again after it died. Python relaunches it
-    with sys.stderr's descriptor, which inside the chat is Textual's capture (-1: "bad
-    value(s) in fds_to_keep"); the tracker inherits the real stderr (fd 2) anyway, so it is
-    relaunched with no sys.stderr for that moment."""
-    from multiprocessing import resource_tracker
+# The child's first lines: Ctrl-C belongs to the parent (the terminal sends it to the whole
+# process group); the caller's sys.path, then pocketchat's entry. Nothing of the caller's
+# __main__ is imported. "pocketchat-engine" names the process in `ps`.
+BOOT = ("import signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN)  # pocketchat-engine\n"
+        "from multiprocessing.connection import Connection\n"
+        "conn = Connection(int(sys.argv[1]))\n"
+        "sys.path[:] = conn.recv()\n"
+        "from pocketchat.engines.child import run\n"
+        "run(conn)\n")
 
-    saved, sys.stderr = sys.stderr, None
+
+class WorkerProcess:
+    """The worker's OS process, as `multiprocessing.Process` shows one: `pid`, `sentinel`
+    (a descriptor readable once it is gone), `is_alive()`, `join(timeout)`, `kill()`, and
+    `exitcode` (None while it runs; minus the signal number when a signal stopped it)."""
+
+    def __init__(self, popen: subprocess.Popen, sentinel: int) -> None:
+        self._popen = popen
+        self.sentinel = sentinel
+        self.pid = popen.pid
+
+    @property
+    def exitcode(self) -> int | None:
+        return self._popen.poll()
+
+    def is_alive(self) -> bool:
+        return self._popen.poll() is None
+
+    def join(self, timeout: float | None = None) -> None:
+        try:
+            self._popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def kill(self) -> None:
+        if self._popen.poll() is None:
+            try:
+                self._popen.kill()
+            except ProcessLookupError:
+                pass
+
+    def close(self) -> None:
+        """Let go of the sentinel (once the process is reaped)."""
+        if self.sentinel >= 0:
+            try:
+                os.close(self.sentinel)
+            except OSError:
+                pass
+            self.sentinel = -1
+
+
+def _interpreter() -> str:
+    """The Python that runs the worker: the one running this (multiprocessing's choice, so
+    `multiprocessing.set_executable`, where an embedding app sets it, is honoured)."""
+    from multiprocessing import spawn
+
+    exe = spawn.get_executable() or sys.executable
+    if not exe:
+        raise EngineError("cannot start the model worker: this Python does not know its own "
+                          "interpreter (sys.executable is empty)",
+                          hint="Set it with multiprocessing.set_executable(path), or load with "
+                               "in_process=True.")
+    return os.fsdecode(exe)
+
+
+def _open_log(log_path: str) -> int:
+    """The worker's stdout/stderr: its log (emptied, appended to), or /dev/null."""
     try:
-        resource_tracker.ensure_running()
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        return os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+    except OSError:
+        return os.open(os.devnull, os.O_WRONLY)
+
+
+def launch(args: tuple, log_path: str
+           ) -> tuple[multiprocessing.connection.Connection, WorkerProcess]:
+    """Start the worker as its own interpreter (see the module docstring) and hand it
+    `args` (`child.main`'s after the connection); the parent's end and the process."""
+    ours, theirs = multiprocessing.connection.Pipe(duplex=True)
+    alive_r, alive_w = os.pipe()
+    out = _open_log(log_path)
+    try:
+        popen = subprocess.Popen(
+            [_interpreter(), "-c", BOOT, str(theirs.fileno())],
+            pass_fds=(theirs.fileno(), alive_w), stdin=subprocess.DEVNULL, stdout=out,
+            stderr=out, close_fds=True)
+    except BaseException as exc:
+        ours.close()
+        os.close(alive_r)
+        if isinstance(exc, OSError):
+            raise EngineError(f"cannot start the model worker: {exc}",
+                              hint="Load with in_process=True to run the model in this "
+                                   "process.") from exc
+        raise
     finally:
-        sys.stderr = saved
+        theirs.close()
+        os.close(alive_w)
+        os.close(out)
+    try:  # a child that died at once is reported by the first read (EngineCrashed)
+        ours.send([p for p in sys.path if isinstance(p, str)])
+        ours.send(args)
+    except OSError:
+        pass
+    return ours, WorkerProcess(popen, alive_r)
 
 
 def _reap(proc: Any, conn: Any) -> None:
+    """Ask the worker to close, kill it when it has not within 2 s, and wait for it (no
+    zombie is left); then let go of the connection and the sentinel."""
     try:
         if proc.is_alive():
             try:
@@ -111,6 +216,9 @@ def _reap(proc: Any, conn: Any) -> None:
             proc.join(2)
     finally:
         conn.close()
+        close = getattr(proc, "close", None)
+        if close is not None and not proc.is_alive():
+            close()
 
 
 class WorkerEngine:
@@ -121,24 +229,11 @@ class WorkerEngine:
                  on_progress: Callable[[str, float], None] | None = None,
                  chunk_interval: float = FLUSH_SECONDS) -> None:
         path = Path(path)
-        ctx = multiprocessing.get_context("spawn")
-        self._conn, child = ctx.Pipe(duplex=True)
         from pocketchat.paths import settings
 
         # One log per worker: a restarted engine never truncates or deletes a crashed one's.
         self.log_path = str(settings().cache_dir / f"worker-{os.getpid()}-{next(_WORKER_IDS)}.log")
-        self._proc = ctx.Process(target=child_main,
-                                 args=(child, plan, str(path), name, self.log_path,
-                                       chunk_interval),
-                                 name="pocketchat-engine", daemon=True)
-        try:
-            self._proc.start()
-        except ValueError as exc:  # the resource tracker died and could not be relaunched
-            if "fds_to_keep" not in str(exc):
-                raise
-            relaunch_resource_tracker()
-            self._proc.start()
-        child.close()
+        self._conn, self._proc = launch((plan, str(path), name, chunk_interval), self.log_path)
         self.plan = plan
         self.info = EngineInfo(backend=plan.backend, model=name or path.stem,
                                placement=plan.describe(), n_ctx=plan.n_ctx, path=str(path))
@@ -253,7 +348,7 @@ class WorkerEngine:
             self.wait_ready()
         if not self._chat_lock.acquire(blocking=False):
             raise EngineError("the engine is already answering; cancel that answer first")
-        finished = False
+        held, finished, req = True, False, 0
         try:
             self._req += 1
             req = self._current = self._req
@@ -262,15 +357,23 @@ class WorkerEngine:
                 msg = self._recv(None, "while answering")
                 if msg is not None and msg[0] == "chunk" and msg[1] == req:
                     chunk: Chunk = msg[2]
-                    finished = chunk.finish_reason is not None
-                    yield chunk
-                    if finished:
+                    if chunk.finish_reason is not None:
+                        # The answer is over: the engine is free before the caller sees its
+                        # end, whatever the caller does with this iterator after.
+                        finished = True
+                        self._current, held = 0, False
+                        self._chat_lock.release()
+                        yield chunk
                         return
+                    yield chunk
         finally:
-            self._current = 0
-            if not finished and self._crash is None:
-                self._abandon(req)
-            self._chat_lock.release()
+            if held:
+                self._current = 0
+                try:
+                    if not finished and req and self._crash is None:
+                        self._abandon(req)
+                finally:
+                    self._chat_lock.release()
 
     # -- several answers at once (parallel > 1) ---------------------------------------------
 
@@ -283,9 +386,7 @@ class WorkerEngine:
         with self._send_lock:
             self._req += 1
             req = self._req
-            self._routes[req] = inbox = queue.Queue()
-        self._start_router()
-        return WorkerAnswer(self, req, self._answer_shared(req, inbox, messages, options, kind))
+        return WorkerAnswer(self, req, self._answer_shared(req, messages, options, kind))
 
     def _start_router(self) -> None:
         with self._send_lock:
@@ -310,13 +411,18 @@ class WorkerEngine:
                 if inbox is not None:
                     inbox.put(msg)
 
-    def _answer_shared(self, req: int, inbox: queue.Queue,
-                       messages: tuple[Message, ...] | str | tuple[int, ...],
+    def _answer_shared(self, req: int, messages: tuple[Message, ...] | str | tuple[int, ...],
                        options: ChatOptions, kind: str) -> Iterator[Chunk]:
+        """One answer's chunks from its queue; its route lives exactly while it runs (an
+        answer dropped unstarted leaves nothing behind)."""
         finished = False
+        inbox: queue.Queue = queue.Queue()
+        with self._send_lock:
+            self._routes[req] = inbox
         try:
             if self._crash is not None:
                 raise self._crash
+            self._start_router()
             self._send((kind, req, messages, options))
             while True:
                 msg = inbox.get()
@@ -370,8 +476,8 @@ class WorkerEngine:
                 self._req += 1
                 req = self._req
                 self._routes[req] = inbox = queue.Queue()
-            self._start_router()
             try:
+                self._start_router()
                 self._send((name, req, *args))
                 msg = inbox.get()
                 if isinstance(msg, BaseException):
