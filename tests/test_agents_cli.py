@@ -57,8 +57,17 @@ def run(args: list, env: dict, cwd: Path) -> subprocess.CompletedProcess:
                           stdin=subprocess.DEVNULL)
 
 
-def test_claude_code_answers_one_turn(server, tmp_path):
-    claude = cli("claude")
+@pytest.fixture
+def claude():
+    return cli("claude")
+
+
+@pytest.fixture
+def codex():
+    return cli("codex")
+
+
+def test_claude_code_answers_one_turn(claude, server, tmp_path):
     env = {"HOME": str(tmp_path), "ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "unused",
            "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "32", "MAX_THINKING_TOKENS": "0"}
     done = run([claude, "-p", "Say hello.", "--model", "claude-haiku-4-5", "--tools", "",
@@ -67,8 +76,7 @@ def test_claude_code_answers_one_turn(server, tmp_path):
     assert done.stdout.strip(), done.stderr[-2000:]
 
 
-def test_codex_answers_one_turn(server, tmp_path):
-    codex = cli("codex")
+def test_codex_answers_one_turn(codex, server, tmp_path):
     home = tmp_path / "codex"
     home.mkdir()
     (home / "config.toml").write_text(
