@@ -396,7 +396,15 @@ class WorkerEngine:
                 self._router.start()
 
     def _route(self) -> None:
-        """Hand every message from the child to the queue of its request."""
+        """Hand every message from the child to the queue of its request; when the engine is
+        closed, every request still waiting gets an error."""
+        try:
+            self._route_messages()
+        finally:
+            for inbox in list(self._routes.values()):
+                inbox.put(EngineError("the engine was closed during the answer"))
+
+    def _route_messages(self) -> None:
         while not self._closed:
             try:
                 msg = self._recv(None, "while answering")

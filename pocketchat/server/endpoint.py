@@ -30,6 +30,7 @@ from pocketchat.server.reply import Delta, Reply
 MAX_BODY_BYTES = 4 * 1024 * 1024
 log = logging.getLogger("pocketchat.server")
 DRAIN_FACTOR = 16
+STREAM_GRACE = 0.5  # seconds a stream under way has to end by itself when the server stops
 SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
                (b"x-accel-buffering", b"no")]
 
@@ -194,7 +195,7 @@ class Endpoint:
             return
         async with anyio.create_task_group() as tg:
             tg.start_soon(_cancel_on_disconnect, receive, tg.cancel_scope)
-            tg.start_soon(_cancel_on_stop, self.host, tg.cancel_scope)
+            tg.start_soon(_cancel_on_stop, self.host, tg.cancel_scope, out)
             try:
                 await self.answer(request, out)
             except ApiError as exc:
@@ -213,6 +214,14 @@ class Endpoint:
                 tg.cancel_scope.cancel()
         if self.host.closing and not out.ended:  # the server stops: the protocol's error, now
             await out.fail(stopping())
+
+    async def end_stream(self, out: Responder, done: Any = "[DONE]") -> None:
+        """The stream's last events: when the server is stopping, its error first (the
+        protocol's shape), then `done`."""
+        if self.host.closing:
+            await out.event(self.error_body(stopping()))
+        await out.event(done)
+        await out.end()
 
     def meta(self, prefix: str) -> dict[str, Any]:
         return {"id": f"{prefix}-{uuid.uuid4().hex[:24]}", "created": int(time.time()),
@@ -266,8 +275,12 @@ async def _with_first(first: Chunk, chunks: AsyncIterator[Chunk]) -> AsyncIterat
         yield chunk
 
 
-async def _cancel_on_stop(host: EngineHost, scope: anyio.CancelScope) -> None:
+async def _cancel_on_stop(host: EngineHost, scope: anyio.CancelScope, out: Responder) -> None:
+    """The server stops: a request not yet answering ends now; a stream under way first gets
+    STREAM_GRACE seconds to end as a stream does (its answer is cancelled in the engine)."""
     await host.wait_stopping()
+    if out.started:
+        await anyio.sleep(STREAM_GRACE)
     scope.cancel()
 
 

@@ -145,7 +145,7 @@ def refusal(error: ValidationError) -> ApiError:
     if chosen.validator == "required":
         missing = [k for k in chosen.validator_value if isinstance(value, dict) and k not in value]
         field = param_of([*path, missing[0]]) if missing else param_of(path)
-        return bad(f"'{field}' is required", field, "missing_required_parameter")
+        return bad(f"'{field}' is required", field, "invalid_type")  # absent: not of its type
     key = ""
     if chosen.validator == "propertyNames" or _in_property_names(chosen):
         key = chosen.instance if isinstance(chosen.instance, str) else ""

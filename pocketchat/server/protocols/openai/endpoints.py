@@ -46,8 +46,7 @@ class ChatCompletions(Endpoint):
             })
         if request.include_usage:
             await out.event({**base, "choices": [], "usage": usage(stats)})
-        await out.event("[DONE]")
-        await out.end()
+        await self.end_stream(out)
 
     @staticmethod
     def _choice(index: int, reply: Reply, request: ChatRequest) -> dict[str, Any]:
@@ -128,8 +127,7 @@ class Completions(Endpoint):
             return await out.json(200, {**meta, "choices": choices, "usage": usage(stats)})
         if request.include_usage:
             await out.event({**meta, "choices": [], "usage": usage(stats)})
-        await out.event("[DONE]")
-        await out.end()
+        await self.end_stream(out)
 
     async def _choice(self, request: CompletionRequest, prompt: Prompt, meta: dict, index: int,
                       turn: Turn, out: Responder) -> Reply:
