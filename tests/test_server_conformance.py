@@ -8,8 +8,8 @@ endpoints and fields (llama.cpp's /completion, /tokenize, /apply-template, `gram
 `json_schema` at the top level, `timings_per_token`, `return_progress`, `n_probs`,
 `system_fingerprint` of a llama.cpp build, its error type `exceed_context_size_error`; mlx-lm's
 model loading by name, its prompt cache internals) are left out; the README's server section
-lists them and why. Every request names the model this server runs (OpenAI answers an unknown
-model with 404 `model_not_found`, and so does pocketchat; the peers serve any name).
+lists them and why. Every request names the model this server runs (pocketchat, like the peers,
+answers any name: agents send their own ids).
 """
 
 from __future__ import annotations

@@ -31,6 +31,9 @@ from pocketchat.engines.types import ChatOptions, Chunk, Message, Stats
 from pocketchat.types import LoadPlan
 
 FLUSH_SECONDS = 0.03
+# Answers the engine settles after their last chunk (base.EngineBase._settle): a tool-call
+# answer too, so that an agent's next step evaluates only the tool results.
+SETTLED = ("stop", "length", "tool_calls")
 PROGRESS_SECONDS = 0.1
 BACKENDS = {
     "llama.cpp": ("pocketchat.engines.llamacpp.engine", "LlamaCppEngine"),
@@ -291,7 +294,7 @@ def _stream(engine: Any, req: int, messages: Sequence[Message] | str | Sequence[
             pending.append(Chunk(stats=pending[-1].stats if pending else Stats(), finish_reason="error",
                                  error="the engine ended the answer without a finish reason"))
         send(("chunk", req, _merge(pending)))
-        if answer is not None and pending[-1].finish_reason in ("stop", "length"):
+        if answer is not None and pending[-1].finish_reason in SETTLED:
             try:  # the engine readies its cache for the next turn (base.EngineBase._settle)
                 for _ in answer:
                     pass

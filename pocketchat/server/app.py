@@ -2,13 +2,16 @@
 
     POST /v1/chat/completions   streaming (SSE) or not; see protocols/openai/ for the fields
     POST /v1/completions        the legacy endpoint: a raw prompt continued
+    POST /v1/messages           Anthropic's Messages API (and /v1/messages/count_tokens)
+    POST /v1/responses          OpenAI's Responses API (GET/DELETE /v1/responses/{id}: stored)
     GET  /v1/models             the one model this server runs
     GET  /health                {"status": "loading" | "ready" | "error", ...} (no key needed)
     GET  /openapi.json          every endpoint's request and response (openapi.py)
 
 The generating endpoints are plain ASGI callables (endpoint.py: they watch the connection
 while they answer), one per protocol route (protocols/openai/endpoints.py); the rest are small
-Starlette routes. Guard (API key, Host) and Cors wrap the whole application.
+Starlette routes. Every path is served with and without its /v1 prefix. Guard (API key, Host)
+and Cors wrap the whole application.
 """
 
 from __future__ import annotations
@@ -30,7 +33,10 @@ from pocketchat.server.guard import Guard, send_error
 from pocketchat.server.host import EngineHost
 from pocketchat.server.openapi import document
 from pocketchat.server.protocols.openai.encode import error_body
+from pocketchat.server.protocols.anthropic.endpoints import CountTokens, Messages
 from pocketchat.server.protocols.openai.endpoints import ChatCompletions, Completions
+from pocketchat.server.protocols.responses.endpoints import Responses
+from pocketchat.server.protocols.responses.store import ResponseStore
 
 
 def create_app(host: EngineHost, *, model_id: str, aliases: Sequence[str] = (),
@@ -63,14 +69,33 @@ def create_app(host: EngineHost, *, model_id: str, aliases: Sequence[str] = (),
             return JSONResponse(error_body(exc), status_code=404)
         return JSONResponse(card)
 
+    store = ResponseStore()
+
+    def unknown_response(rid: str) -> JSONResponse:
+        exc = ApiError(f"no stored response has the id {rid!r}", status=404,
+                       code="response_not_found", param="id")
+        return JSONResponse(error_body(exc), status_code=404)
+
+    async def stored(request: Request) -> JSONResponse:
+        rid = request.path_params["id"]
+        found = store.body(rid)
+        return JSONResponse(found) if found is not None else unknown_response(rid)
+
+    async def forget(request: Request) -> JSONResponse:
+        rid = request.path_params["id"]
+        if not store.delete(rid):
+            return unknown_response(rid)
+        return JSONResponse({"id": rid, "object": "response", "deleted": True})
+
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
         status = getattr(exc, "status_code", 500)
         kind = "server_error" if status >= 500 else "invalid_request_error"
         text = getattr(exc, "detail", None) or "internal server error"
         if status in (404, 405):
             text = (f"{text}: {request.method} {request.url.path}. This server answers POST "
-                    "/v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health and "
-                    "GET /openapi.json (the API's schema).")
+                    "/v1/chat/completions, POST /v1/completions, POST /v1/messages, POST "
+                    "/v1/responses, GET /v1/models, GET /health and GET /openapi.json (the API's "
+                    "schema); the /v1 prefix may be left out.")
         body = {"error": {"message": str(text), "type": kind, "param": None, "code": None}}
         return JSONResponse(body, status_code=status, headers=getattr(exc, "headers", None))
 
@@ -82,19 +107,27 @@ def create_app(host: EngineHost, *, model_id: str, aliases: Sequence[str] = (),
         finally:
             await host.stop()
 
-    routes = [
-        Route("/health", health, methods=["GET"]),
-        Route("/openapi.json", openapi, methods=["GET"]),
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/v1/models/{name:path}", model, methods=["GET"]),
-        Route("/v1/chat/completions", ChatCompletions(host, model_id, aliases, max_body),
-              methods=["POST"]),
-        Route("/v1/completions", Completions(host, model_id, aliases, max_body), methods=["POST"]),
+    api: list[tuple[str, Any, list[str]]] = [  # served with and without the /v1 prefix
+        ("/v1/models", models, ["GET"]),
+        ("/v1/models/{name:path}", model, ["GET"]),
+        ("/v1/chat/completions", ChatCompletions(host, model_id, aliases, max_body), ["POST"]),
+        ("/v1/completions", Completions(host, model_id, aliases, max_body), ["POST"]),
+        ("/v1/messages", Messages(host, model_id, aliases, max_body), ["POST"]),
+        ("/v1/messages/count_tokens", CountTokens(host, model_id, aliases, max_body), ["POST"]),
+        ("/v1/responses", Responses(host, model_id, aliases, max_body, store), ["POST"]),
+        ("/v1/responses/{id}", stored, ["GET"]),
+        ("/v1/responses/{id}", forget, ["DELETE"]),
     ]
+    routes = [Route("/health", health, methods=["GET"]),
+              Route("/openapi.json", openapi, methods=["GET"])]
+    routes += [Route(path, endpoint, methods=methods) for path, endpoint, methods in api]
+    routes += [Route(path.removeprefix("/v1"), endpoint, methods=methods)
+               for path, endpoint, methods in api]
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={HTTPException: http_error, Exception: http_error})
     guarded = Guard(Preflight(app), api_key=api_key, loopback_only=loopback_only)
     return Cors(guarded, CorsPolicy(cors_origins))
 
 
-__all__ = ["create_app", "ChatCompletions", "Completions", "MAX_BODY_BYTES", "send_error"]
+__all__ = ["create_app", "ChatCompletions", "Completions", "Messages", "CountTokens", "Responses",
+           "MAX_BODY_BYTES", "send_error"]

@@ -40,12 +40,15 @@ class ClientGone(Exception):
 
 
 class Responder:
-    """Sends one response: a JSON body, or server-sent events; errors in OpenAI's shape."""
+    """Sends one response: a JSON body, or server-sent events; errors in the protocol's shape
+    (OpenAI's unless given; `error_event`: a started stream's error as a named event)."""
 
     def __init__(self, send: Callable,
-                 error_body: Callable[[ApiError], Any] = openai_error_body) -> None:
+                 error_body: Callable[[ApiError], Any] = openai_error_body,
+                 error_event: Callable[[ApiError], tuple[str, Any]] | None = None) -> None:
         self._send = send
         self._error_body = error_body
+        self._error_event = error_event
         self.started = False
         self.ended = False
 
@@ -63,6 +66,17 @@ class Responder:
         await self._send({"type": "http.response.body", "body": f"data: {text}\n\n".encode(),
                           "more_body": True})
 
+    async def named(self, name: str, data: Any) -> None:
+        """One named event (`event: NAME`), as Anthropic's and the Responses API's streams send."""
+        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        await self._send({"type": "http.response.body", "more_body": True,
+                          "body": f"event: {name}\ndata: {text}\n\n".encode()})
+
+    async def comment(self, text: str) -> None:
+        """An SSE comment (clients skip it): keeps a connection alive while a prompt is read."""
+        await self._send({"type": "http.response.body", "body": f": {text}\n\n".encode(),
+                          "more_body": True})
+
     async def end(self) -> None:
         if self.started and not self.ended:
             self.ended = True
@@ -72,7 +86,10 @@ class Responder:
         if not self.started:
             await self.json(exc.status, self._error_body(exc), exc.headers)
         elif not self.ended:
-            await self.event(self._error_body(exc))
+            if self._error_event is None:
+                await self.event(self._error_body(exc))
+            else:
+                await self.named(*self._error_event(exc))
             await self.end()
 
 
@@ -160,6 +177,7 @@ class Endpoint:
         self.max_body = max_body
 
     error_body: Callable[[ApiError], Any] = staticmethod(openai_error_body)  # the protocol's
+    error_event: Callable[[ApiError], tuple[str, Any]] | None = None  # ... on a started stream
 
     def parse(self, body: bytes) -> Any:
         raise NotImplementedError
@@ -168,12 +186,9 @@ class Endpoint:
         raise NotImplementedError
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        out = Responder(send, self.error_body)
-        try:
+        out = Responder(send, self.error_body, self.error_event)
+        try:  # any model name is answered: agents send their own ids (issue 30)
             request = self.parse(await read_body(scope, receive, self.max_body))
-            if request.model is not None and request.model not in self.names:
-                raise ApiError(f"the model {request.model!r} does not exist: this server runs "
-                               f"{self.model_id!r}", status=404, code="model_not_found", param="model")
         except ApiError as exc:
             return await out.fail(exc)
         except ClientGone:

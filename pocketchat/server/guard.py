@@ -1,6 +1,7 @@
 """Who may talk to the server: the API key and, on loopback, the Host header.
 
-- API key: required on every path but /health and /openapi.json when one is set (`Authorization: Bearer KEY`),
+- API key: required on every path but /health and /openapi.json when one is set (`Authorization: Bearer KEY`,
+  or `x-api-key: KEY` as Anthropic's clients send it),
   compared in constant time (both sides hashed first, so not even the length leaks). OPTIONS
   (a browser's CORS preflight, which never carries the key) needs none: it is answered with
   headers only (cors.py), and no model is reached.
@@ -73,7 +74,7 @@ class Guard:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         refusal = self.check(scope, headers)
         if refusal is not None:
-            return await send_error(send, refusal)
+            return await send_error(send, refusal, scope["path"])
         return await self.app(scope, receive, send)
 
     def check(self, scope: dict, headers: dict[str, str]) -> ApiError | None:
@@ -83,7 +84,7 @@ class Guard:
                             status=403, type="permission_error", code="host_not_allowed")
         if self.api_key and scope["path"] not in OPEN_PATHS and scope["method"] != "OPTIONS":
             auth = headers.get("authorization", "")
-            token = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+            token = auth[7:].strip() if auth[:7].lower() == "bearer " else headers.get("x-api-key", "")
             if not key_matches(token, self.api_key):
                 return ApiError("missing or wrong API key", status=401, type="authentication_error",
                                 code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"},
@@ -107,7 +108,11 @@ async def send_json(send: Callable, status: int, body: Any,
     await send({"type": "http.response.body", "body": data})
 
 
-async def send_error(send: Callable, exc: ApiError) -> None:
-    from pocketchat.server.protocols.openai.encode import error_body
+async def send_error(send: Callable, exc: ApiError, path: str = "") -> None:
+    """A refusal in the shape of the protocol `path` belongs to (Anthropic's for /v1/messages)."""
+    if path.removeprefix("/v1").startswith("/messages"):
+        from pocketchat.server.protocols.anthropic.encode import error_body
+    else:
+        from pocketchat.server.protocols.openai.encode import error_body
 
     await send_json(send, exc.status, error_body(exc), exc.headers)

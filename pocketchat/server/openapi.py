@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from pocketchat.server.protocols.anthropic import schema as anthropic_schema
 from pocketchat.server.protocols.openai import schema as openai_schema
+from pocketchat.server.protocols.responses import schema as responses_schema
 
 HEALTH = {
     "type": "object",
@@ -28,7 +30,7 @@ def document(version: str = "0") -> dict[str, Any]:
     health_response = {"description": "The server's state (503 until the model is ready).",
                        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Health"}}}}
     paths = {
-        **openai_schema.PATHS,
+        **openai_schema.PATHS, **anthropic_schema.PATHS, **responses_schema.PATHS,
         "/health": {"get": {"summary": "Whether the model is loaded; no API key needed.",
                             "security": [],
                             "responses": {"200": health_response, "503": health_response,
@@ -44,11 +46,16 @@ def document(version: str = "0") -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {"title": "pocketchat", "version": version,
-                 "description": "An OpenAI-compatible API over one local model. Every request "
+                 "description": "OpenAI's chat completions and Responses API and Anthropic's "
+                                "Messages API over one local model (every path also without its "
+                                "/v1 prefix; any model name is answered). Every request "
                                 "body is validated against the schemas below; a refusal is a "
                                 "400 whose `error.param` names the field."},
         "paths": paths,
-        "components": {"schemas": {**openai_schema.COMPONENTS, "Health": HEALTH},
-                       "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
-        "security": [{"bearer": []}, {}],
+        "components": {"schemas": {**openai_schema.COMPONENTS, **anthropic_schema.COMPONENTS,
+                                   **responses_schema.COMPONENTS, "Health": HEALTH},
+                       "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"},
+                                           "apiKey": {"type": "apiKey", "in": "header",
+                                                      "name": "x-api-key"}}},
+        "security": [{"bearer": []}, {"apiKey": []}, {}],
     }

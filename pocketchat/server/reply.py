@@ -20,6 +20,7 @@ class StopScanner:
         self.stops = tuple(s for s in stops if s)
         self.held = ""
         self.hit = False
+        self.matched: str | None = None  # the stop sequence that ended the text
 
     def feed(self, text: str) -> str:
         if not self.stops:
@@ -27,10 +28,11 @@ class StopScanner:
         if self.hit:
             return ""
         buf = self.held + text
-        found = [i for i in (buf.find(s) for s in self.stops) if i >= 0]
+        found = [(i, s) for i, s in ((buf.find(s), s) for s in self.stops) if i >= 0]
         if found:
+            at, self.matched = min(found, key=lambda f: f[0])
             self.hit, self.held = True, ""
-            return buf[: min(found)]
+            return buf[:at]
         keep = 0
         for k in range(min(len(buf), max(len(s) for s in self.stops) - 1), 0, -1):
             if any(s.startswith(buf[-k:]) for s in self.stops):
@@ -52,6 +54,7 @@ class Delta:
     reasoning: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     logprobs: tuple[TokenLogprob, ...] = ()
+    stats: Stats | None = None  # the figures so far (the prompt's are known from the first)
 
 
 @dataclass
@@ -77,6 +80,11 @@ class Reply:
         self._pending: list[tuple[int, int, tuple[TokenLogprob, ...]]] = []  # (start, end, lps)
 
     @property
+    def matched(self) -> str | None:
+        """The stop sequence that ended the answer (None if none did)."""
+        return self._scanner.matched
+
+    @property
     def stopped(self) -> bool:
         """A stop sequence appeared: the rest of the engine's answer is not wanted."""
         return self._scanner.hit
@@ -100,6 +108,7 @@ class Reply:
         self.reasoning.append(delta.reasoning)
         self.tool_calls.extend(delta.tool_calls)
         self.logprobs.extend(delta.logprobs)
+        delta.stats = chunk.stats
         return delta
 
     def _release(self, final: bool) -> tuple[TokenLogprob, ...]:

@@ -1,0 +1,31 @@
+"""A thought carried by the client and back, opaque to it: Anthropic's thinking `signature`
+and the Responses API's `encrypted_content`. The server keeps no state for it: the model's
+reasoning is sealed into the token (compressed, base64, a version tag) and read back from it
+on the next turn, so the template's history can hold it again. It is not encrypted: the
+client can read its own model's reasoning anyway; the point is that the client treats it as
+an opaque blob and sends it back unchanged."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import zlib
+
+TAG = "pc1."
+
+
+def seal(text: str) -> str:
+    """`text` as an opaque token."""
+    return TAG + base64.urlsafe_b64encode(zlib.compress(text.encode("utf-8"))).decode("ascii")
+
+
+def unseal(token: object) -> str | None:
+    """The text a token from `seal` holds; None for any other value (another server's
+    signature, a damaged token): such a thought is left out, never an error."""
+    if not isinstance(token, str) or not token.startswith(TAG):
+        return None
+    try:
+        return zlib.decompress(base64.urlsafe_b64decode(token[len(TAG):].encode("ascii")),
+                               bufsize=1 << 16).decode("utf-8")
+    except (binascii.Error, zlib.error, UnicodeError, ValueError):
+        return None
