@@ -87,6 +87,21 @@ def test_beside_a_busy_program_it_keeps_most_of_the_best_fixed_count():
     assert 1 / BUSY[2] < 0.2 * best_fixed  # the plan's count would have kept a fifth of it
 
 
+def test_no_probe_while_the_load_figure_is_not_known_yet():
+    m = Machine(busy_from=0.0)
+    p = policy_on(m, blind=False)  # a figure will come, but has not yet
+    for _ in range(10):
+        m.now += 0.09
+        p.observe(0.09, 1)
+    for _ in range(3):
+        m.now += 1.5
+        p.observe(1.5, 1)  # collapsed steps: down
+    for _ in range(100):
+        m.now += 0.13
+        p.observe(0.13, 1)
+    assert p.current == 1 and len(p.moves) == 1  # never probed on a guess
+
+
 def test_busy_from_the_start_without_a_quiet_time_goes_down_on_the_load_figure():
     m = Machine(busy_from=0.0)
     p = policy_on(m)
@@ -166,7 +181,7 @@ def test_decode_and_prompt_batches_each_have_their_own_count():
     m = Machine()
     applied: list[tuple[int, int]] = []
     control = ThreadControl(2, 2, lambda d, b: applied.append((d, b)), clock=m.clock)
-    control.load = None  # blind: no reading of this machine in a fast test
+    control.load = None  # no reading of this machine in a fast test
     for _ in range(10):  # quiet: both measured at 2
         control.before(True), control.after(True, 1, 0.1)
         control.before(False), control.after(False, 512, 5.12)

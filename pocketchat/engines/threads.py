@@ -71,10 +71,11 @@ class ThreadPolicy:
     chat), prompt batches per token."""
 
     def __init__(self, full: int, *, kind: Kind = "decode", pinned: bool = False,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 blind: bool = True, clock: Callable[[], float] = time.monotonic) -> None:
         self.full = max(1, int(full))
         self.kind: Kind = kind
         self.pinned = pinned
+        self.blind = blind  # no `others` figure will come: probe on a timer instead
         self.clock = clock
         self.current = self.full
         self.moves: list[ThreadMove] = []
@@ -127,7 +128,8 @@ class ThreadPolicy:
     def observe(self, seconds: float, tokens: int = 1, others: float | None = None,
                 cores: int | None = None) -> int:
         """A step of `tokens` tokens took `seconds` at the current count; `others`: cores
-        other processes used lately, of `cores` (None: not known). The count for the next step."""
+        other processes used lately, of `cores` (None: not known; unless the policy is `blind`,
+        not yet: no probe). The count for the next step."""
         if self.pinned or seconds <= 0 or tokens <= 0:
             return self.current
         if self.kind == "decode":
@@ -157,7 +159,7 @@ class ThreadPolicy:
             if roomy and not self._roomy:
                 self._next_probe = min(self._next_probe, now)  # room came: look now
             self._roomy = roomy
-            if now >= self._next_probe and (roomy or room is None):
+            if now >= self._next_probe and (roomy or (room is None and self.blind)):
                 self._mode, self._from, self._steps = "probe", n, 0
                 self.current = n + 1  # a probe is not a move until it is kept
         return self.current
@@ -225,6 +227,11 @@ class CpuLoad:
             self._machine = None
         self.read()
 
+    @property
+    def available(self) -> bool:
+        """Whether this machine's figures can be read at all."""
+        return self._machine is not None
+
     def read(self) -> float | None:
         """The latest figure (read anew when `every` has passed)."""
         if self._machine is None:
@@ -258,11 +265,12 @@ class ThreadControl:
     def __init__(self, decode: int, batch: int, apply: Callable[[int, int], None], *,
                  pinned: bool = False, load: CpuLoad | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.decode = ThreadPolicy(decode, kind="decode", pinned=pinned, clock=clock)
-        self.batch = ThreadPolicy(batch, kind="batch", pinned=pinned, clock=clock)
+        self.load = load if load is not None or pinned else CpuLoad()
+        blind = self.load is None or not self.load.available
+        self.decode = ThreadPolicy(decode, kind="decode", pinned=pinned, blind=blind, clock=clock)
+        self.batch = ThreadPolicy(batch, kind="batch", pinned=pinned, blind=blind, clock=clock)
         self.pinned = pinned
         self._apply = apply
-        self.load = load if load is not None or pinned else CpuLoad()
         self._set = (self.decode.current, self.batch.current)
 
     def before(self, decoding: bool) -> None:

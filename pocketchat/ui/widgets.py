@@ -182,6 +182,7 @@ class StatusFigures:
     memory_bytes: int | None = None
     reused_tokens: int = 0  # of prompt_length, taken from the prompt cache
     prompt_length: int = 0
+    threads_note: str = ""  # the CPU threads moved: '1 of 2 threads: the machine is busy'
 
 
 def context_level(used: int, limit: int) -> str:
@@ -192,7 +193,8 @@ def context_level(used: int, limit: int) -> str:
 
 
 class StatusBar(Static):
-    """Live figures: state, decode tok/s, time to first token, tokens, context, memory.
+    """Live figures: state, decode tok/s (of the last seconds), why the CPU threads moved (when
+    they did), time to first token, tokens, context, memory.
 
     One line, repainted only when its text changes and never re-laid out (its size is fixed),
     so a refresh costs little while the model streams.
@@ -224,6 +226,8 @@ class StatusBar(Static):
                  (memory, "")]
         if f.prompt_length:
             parts.insert(3, (f"cached {f.reused_tokens:,}/{f.prompt_length:,}", ""))
+        if f.threads_note:
+            parts.insert(2, (f.threads_note, "$warning"))
         plain = "  ".join(text for text, _ in parts)
         if plain == self.plain and level == self.level:
             return
@@ -243,7 +247,7 @@ def figures_from_stats(
     ttft = stats.ttft_seconds if stats.ttft_seconds is not None else elapsed_ttft
     return StatusFigures(
         state=state,
-        decode_tok_s=stats.decode_tok_s or None,
+        decode_tok_s=stats.recent_tok_s or stats.decode_tok_s or None,  # the last seconds
         ttft_seconds=ttft,
         tokens=stats.generated_tokens,
         context_used=stats.context_used,
@@ -251,4 +255,5 @@ def figures_from_stats(
         memory_bytes=memory,
         reused_tokens=stats.reused_tokens,
         prompt_length=stats.prompt_length,
+        threads_note=stats.threads_note,
     )
