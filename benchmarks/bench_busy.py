@@ -88,7 +88,7 @@ def pocketchat_part(plan, path: Path, name: str, tokens: int, limit: float) -> d
     engine = open_engine(plan, path, name=name)
     out: dict = {}
     try:
-        answer(engine, 8)  # warm-up
+        answer(engine, tokens)  # warm-up (as long as the bare loop's: the same pages touched)
         for busy in (0, 1, 2):
             seen: list = []
             with Busy(busy, limit):

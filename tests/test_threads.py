@@ -147,6 +147,19 @@ def test_without_the_load_figure_the_probe_still_finds_the_machine_free():
     assert p.current == 2
 
 
+def test_slow_steps_on_an_idle_machine_move_nothing():
+    # the machine is idle but for us (pages being read in, say): fewer threads would not help
+    m = Machine(busy_from=3.0, times={False: QUIET, True: {2: 5 * QUIET[2], 1: 5 * QUIET[1]}})
+    p = policy_on(m)
+    steps = []
+    while m.now < 10.0:
+        t = m.times[m.busy()][p.current]
+        m.now += t
+        steps.append(p.current)
+        p.observe(t, 1, 0.0, 2)  # nobody else wants a core
+    assert set(steps) == {2} and p.moves == []
+
+
 def test_a_slowdown_fewer_threads_do_not_cure_is_undone():
     # every count slows alike (say the memory is busy, not the cores): one thread is no faster
     slow_all = {2: 3 * QUIET[2], 1: 3 * QUIET[1]}

@@ -8,7 +8,8 @@ known, how many cores other processes used lately) and says the count the next s
 
 - it keeps the recent time per token at each count (a low quantile of its last steps: what
   that count does when nothing competes) and notices a slow streak at the current count (two
-  steps at twice that, or one at four times): then it tries one thread fewer;
+  steps at twice that, or one at four times) while other processes want the cores: then it
+  tries one thread fewer (and then one fewer again, while that is faster);
 - a trial of a lower count is compared with the steps before it, and undone when it is no
   faster (the slow steps had another cause);
 - below the full count it probes one thread more: when other processes leave a core free
@@ -40,6 +41,7 @@ FASTER = 1.05  # a count must be this much faster than the other to be kept
 HISTORY = 32  # steps kept per count
 QUIET_QUANTILE = 0.25  # the quiet time of a count: this quantile of its recent steps
 ROOM = 0.5  # a core counts as free for one more thread when others leave this much of it
+CONTENDED = 0.2  # others want our cores when they leave less than n - this much of the machine
 PROBE_WAIT = 1.0  # seconds before the first probe after a move down (doubles after a failed one)
 PROBE_WAIT_MAX = 8.0  # ... up to this (so a machine free again is found within ~10 s)
 BLIND_WAIT_MAX = 16.0  # without the `others` figure probes are blind: at most this apart
@@ -117,11 +119,16 @@ class ThreadPolicy:
         last = self.moved
         if last is None:
             return ""
-        if self.current == self.full and (self.clock() - last.at > NOTE_SECONDS
+        if self.settled == self.full and (self.clock() - last.at > NOTE_SECONDS
                                           or last.why == UNDONE):
             return ""
         why = next((m.why for m in reversed(self.moves) if m.why != UNDONE), last.why)
-        return f"{self.current} of {self.full} threads: {why}"
+        return f"{self.settled} of {self.full} threads: {why}"
+
+    @property
+    def settled(self) -> int:
+        """The count it runs on (not a probe's)."""
+        return self._from if self._mode == "probe" else self.current
 
     # -- the step loop asks -----------------------------------------------------------------
 
@@ -144,11 +151,14 @@ class ThreadPolicy:
             return self._probing(t)
         if self._mode == "trial":
             return self._trying()
-        slow = quiet is not None and t >= SLOW * quiet
+        # Fewer threads help only when other processes want the cores: on a machine known to be
+        # idle a slow step has another cause (pages read in, a busy memory bus).
+        contended = room is None or room < n - CONTENDED
+        slow = quiet is not None and t >= SLOW * quiet and contended
         self._slow = self._slow + 1 if slow else min(self._slow, 0)
         # others take a core and this count has no time of its own yet (busy from the start)
         crowded = room is not None and n > 1 and n > room + ROOM and quiet is None
-        if n > 1 and ((quiet is not None and t >= VERY_SLOW * quiet)
+        if n > 1 and ((quiet is not None and t >= VERY_SLOW * quiet and contended)
                       or self._slow >= SLOW_STREAK or crowded):
             self._mode, self._from, self._steps, self._slow = "trial", n, 0, 0
             self._move(n, n - 1, BUSY)
