@@ -242,3 +242,19 @@ def test_recent_rate_is_the_last_seconds_not_the_average(window):
         rate.add(n)
     assert rate.tok_s() == pytest.approx(1.0, rel=0.01)
     assert n / now[0] > 5  # the answer's average would still say 7 tok/s
+
+
+def test_the_status_bar_shows_the_rate_of_the_last_seconds_and_why_the_threads_moved():
+    from pocketchat.engines.types import Stats
+    from pocketchat.ui.widgets import StatusBar, figures_from_stats
+
+    stats = Stats(generated_tokens=200, decode_seconds=20.0, recent_tok_s=2.4, threads=1,
+                  threads_full=2, threads_note="1 of 2 threads: the machine is busy",
+                  context_limit=8192)
+    bar = StatusBar()
+    bar.show(figures_from_stats(stats, "Answering", None, 8192, None))
+    assert "2.4 tok/s" in bar.plain and "10.0 tok/s" not in bar.plain  # not the average
+    assert "1 of 2 threads: the machine is busy" in bar.plain
+    bar.show(figures_from_stats(Stats(generated_tokens=200, decode_seconds=20.0), "Ready",
+                                None, 8192, None))
+    assert "10.0 tok/s" in bar.plain and "threads" not in bar.plain  # nothing moved: no note
