@@ -216,6 +216,65 @@ def bare_part(plan, path: Path, tokens: int, limit: float) -> dict:
     return out
 
 
+def chat_part(spec: str, full: int, limit: float, busy_at: float = 15.0, busy_for: float = 40.0,
+              after: float = 25.0) -> dict:
+    """The real chat in tmux: one long answer; a busy process from `busy_at` s for `busy_for` s;
+    the status bar read every second (its tok/s and its thread note)."""
+    import os
+    import re
+    import shlex
+    import uuid
+
+    sock = f"bench-busy-{uuid.uuid4().hex[:8]}"
+
+    def tmux(*a: str) -> str:
+        return subprocess.run(["tmux", "-L", sock, "-f", "/dev/null", *a], capture_output=True,
+                              text=True, timeout=15).stdout
+
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "PYTHONPATH")}
+    env.update(TERM="xterm-256color", PYTHONPATH=_root, HF_HUB_OFFLINE="1")
+    exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    line = (f"env -i {exports} {shlex.quote(sys.executable)} -m pocketchat --offline --no-think "
+            f"--model {shlex.quote(spec)}; sleep 5")
+    tmux("new-session", "-d", "-s", "b", "-x", "160", "-y", "30", line)
+    speed = re.compile(r"(\d+\.\d) tok/s")
+    rows = []
+    busy = Busy(1, limit)
+    try:
+        deadline = time.monotonic() + 600
+        while "Ready" not in tmux("capture-pane", "-p", "-t", "b"):
+            if time.monotonic() > deadline:
+                raise SystemExit("the chat did not load")
+            time.sleep(0.5)
+        tmux("send-keys", "-t", "b", "-l", "Write a very long story about a lighthouse keeper.")
+        tmux("send-keys", "-t", "b", "Enter")
+        t0 = time.monotonic()
+        state = "quiet"
+        while time.monotonic() - t0 < busy_at + busy_for + after:
+            t = time.monotonic() - t0
+            if state == "quiet" and t >= busy_at:
+                busy.start()
+                state = "busy"
+            elif state == "busy" and t >= busy_at + busy_for:
+                busy.stop()
+                state = "after"
+            bar = [x for x in tmux("capture-pane", "-p", "-t", "b").splitlines() if "TTFT" in x]
+            m = speed.search(bar[-1]) if bar else None
+            note = re.search(r"\d+ of \d+ threads: [a-z ]+", bar[-1]) if bar else None
+            rows.append((round(t, 1), state, float(m.group(1)) if m else 0.0,
+                         note.group(0).strip() if note else ""))
+            time.sleep(1.0)
+    finally:
+        busy.stop()
+        tmux("kill-server")
+    for state in ("quiet", "busy", "after"):
+        shown = [r[2] for r in rows if r[1] == state and r[2] > 0]
+        print(f"  chat, {state}: status bar {min(shown, default=0):.1f}-{max(shown, default=0):.1f}"
+              f" tok/s, median {sorted(shown)[len(shown) // 2] if shown else 0:.1f}; notes: "
+              + "; ".join(sorted({r[3] for r in rows if r[1] == state and r[3]})), flush=True)
+    return {"rows": rows, "busy_at": busy_at, "busy_for": busy_for}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", action="append", default=[], metavar="X",
@@ -225,6 +284,9 @@ def main() -> int:
     ap.add_argument("--busy-limit", type=float, default=300.0,
                     help="seconds after which a busy process stops by itself (default 300)")
     ap.add_argument("--json", metavar="FILE", help="write every figure as JSON")
+    ap.add_argument("--chat", action="store_true",
+                    help="only the real chat in tmux: a busy process mid-answer, the status "
+                         "bar read every second")
     args = ap.parse_args()
     from pocketchat.commands.common import choose_model
     from pocketchat.commands.selection import Selection
@@ -234,6 +296,10 @@ def main() -> int:
         choice = choose_model(Selection(model=spec, offline=True))
         plan = choice.plan
         tokens = args.tokens or (128 if choice.starter else 32)
+        if args.chat:
+            print(f"{choice.label}: the chat in tmux", flush=True)
+            figures[choice.label] = {"chat": chat_part(spec, plan.n_threads, args.busy_limit)}
+            continue
         print(f"{choice.label}: plan {plan.describe()}, {tokens} tokens per figure", flush=True)
         pc = pocketchat_part(plan, choice.path, choice.label, tokens, args.busy_limit)
         bare = bare_part(plan, choice.path, tokens, args.busy_limit)

@@ -225,7 +225,10 @@ class CpuLoad:
 
     def __init__(self, every: float = 0.5, clock: Callable[[], float] = time.monotonic) -> None:
         self.every, self.clock = every, clock
-        self.cores = os.cpu_count() or 1
+        try:  # the CPUs this process may run on (a container's cpuset), else all of them
+            self.cores = len(os.sched_getaffinity(0)) or 1
+        except (AttributeError, OSError):
+            self.cores = os.cpu_count() or 1
         self._last: tuple[float, float, float] | None = None
         self.others: float | None = None
         try:
