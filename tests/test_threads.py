@@ -258,3 +258,19 @@ def test_the_status_bar_shows_the_rate_of_the_last_seconds_and_why_the_threads_m
     bar.show(figures_from_stats(Stats(generated_tokens=200, decode_seconds=20.0), "Ready",
                                 None, 8192, None))
     assert "10.0 tok/s" in bar.plain and "threads" not in bar.plain  # nothing moved: no note
+
+
+def test_the_threads_flag_pins_the_plan_and_nothing_else_does():
+    import argparse
+
+    from pocketchat.commands.selection import Selection, add_selection_args
+    from pocketchat.types import LoadPlan
+
+    plan = LoadPlan(backend="llama.cpp", placement="cpu", n_gpu_layers=0, n_ctx=2048,
+                    n_threads=3, n_threads_batch=3)
+    parser = argparse.ArgumentParser()
+    add_selection_args(parser)
+    pinned = Selection.from_args(parser.parse_args(["--threads", "3"])).applied(plan)
+    free = Selection.from_args(parser.parse_args([])).applied(plan)
+    assert pinned.threads_pinned and pinned.n_threads == 3
+    assert not free.threads_pinned
