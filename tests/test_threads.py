@@ -66,11 +66,12 @@ def policy_on(machine: Machine, full: int = 2, **kw) -> ThreadPolicy:
 def test_a_slow_streak_moves_the_count_down_and_says_why():
     m = Machine(busy_from=5.0)
     p = policy_on(m)
-    quiet = run(p, m, 5.0)
+    quiet = run(p, m, 4.9)
     assert {n for _, n, _ in quiet} == {2}  # nothing competes: the full count throughout
     assert p.note() == ""
-    busy = run(p, m, 20.0)
-    slow_steps = [s for s in busy if s[1] == 2]
+    busy = run(p, m, 20.0, blind=True)  # no load figure: the step times alone tell
+    first_down = next(i for i, s in enumerate(busy) if s[1] == 1)
+    slow_steps = [s for s in busy[:first_down] if s[2] > 1.0]
     assert len(slow_steps) <= 2  # at most two steps at the collapsed count before it moves
     assert p.current == 1
     assert p.note() == "1 of 2 threads: the machine is busy"
@@ -100,6 +101,17 @@ def test_no_probe_while_the_load_figure_is_not_known_yet():
         m.now += 0.13
         p.observe(0.13, 1)
     assert p.current == 1 and len(p.moves) == 1  # never probed on a guess
+
+
+def test_a_busy_program_seen_before_the_answer_costs_no_collapsed_step():
+    m = Machine(busy_from=5.0)
+    p = policy_on(m)
+    run(p, m, 5.0)  # quiet: measured at 2
+    m.now += 1.0  # between two answers the busy program starts; the next reading shows it
+    p.observe(0.2, 1, m.others(2), m.cores)  # the answer's first step (its prompt's last token)
+    steps = run(p, m, 10.0)
+    assert all(n == 1 for _, n, _ in steps)  # no step at the collapsed count
+    assert p.note() == "1 of 2 threads: the machine is busy"
 
 
 def test_busy_from_the_start_without_a_quiet_time_goes_down_on_the_load_figure():
@@ -132,7 +144,8 @@ def test_while_the_program_stays_busy_probes_are_rare_and_short():
     probes = [t for t, n, _ in steps if n == 2 and t > 2.0]
     assert 1 <= len(probes) <= 8  # a few one-step probes in a minute
     gaps = [b - a for a, b in zip(probes, probes[1:])]
-    assert gaps == sorted(gaps) and gaps[-1] <= 16.0 + 2.0  # their wait doubles, up to 16 s
+    assert all(b > a - 1e-6 for a, b in zip(gaps, gaps[1:]))  # their wait doubles ...
+    assert gaps[-1] <= 16.0 + 2.0  # ... up to 16 s
     assert tok_s(steps, 1.0) >= 0.7 / BUSY[1]  # blind: each probe costs a collapsed step
     assert p.current == 1
 

@@ -10,6 +10,8 @@ known, how many cores other processes used lately) and says the count the next s
   that count does when nothing competes) and notices a slow streak at the current count (two
   steps at twice that, or one at four times) while other processes want the cores: then it
   tries one thread fewer (and then one fewer again, while that is faster);
+- when the `others` figure turns crowded (other processes want one of the cores its threads
+  use), it moves one thread fewer before the next step rather than after a collapsed one;
 - a trial of a lower count is compared with the steps before it, and undone when it is no
   faster (the slow steps had another cause);
 - below the full count it probes one thread more: when other processes leave a core free
@@ -90,6 +92,8 @@ class ThreadPolicy:
         self._wait = PROBE_WAIT
         self._next_probe = 0.0
         self._roomy = False  # others left room at the last step (a probe may start at once)
+        self._crowded = False  # others wanted one of our cores at the last step
+        self._blind_trial = False  # the running trial began on the load figure alone
 
     # -- what it knows ----------------------------------------------------------------------
 
@@ -156,10 +160,19 @@ class ThreadPolicy:
         contended = room is None or room < n - CONTENDED
         slow = quiet is not None and t >= SLOW * quiet and contended
         self._slow = self._slow + 1 if slow else min(self._slow, 0)
-        # others take a core and this count has no time of its own yet (busy from the start)
-        crowded = room is not None and n > 1 and n > room + ROOM and quiet is None
+        # Others came to want a core (the reading turned crowded): one thread fewer before
+        # a collapsed step is paid for (one can cost seconds at POCKET's size); kept until
+        # others leave room again, as no step at n under this load is there to compare with.
+        crowded = room is not None and n > 1 and n > room + ROOM
+        came = crowded and not self._crowded
+        self._crowded = crowded
+        if came and self._mode == "steady":
+            self._mode, self._from, self._steps, self._slow = "trial", n, 0, 0
+            self._blind_trial = True  # nothing to compare with: kept (one fewer is tried next)
+            self._move(n, n - 1, BUSY)
+            return self.current
         if n > 1 and ((quiet is not None and t >= VERY_SLOW * quiet and contended)
-                      or self._slow >= SLOW_STREAK or crowded):
+                      or self._slow >= SLOW_STREAK):
             self._mode, self._from, self._steps, self._slow = "trial", n, 0, 0
             self._move(n, n - 1, BUSY)
             return self.current
@@ -181,7 +194,8 @@ class ThreadPolicy:
             return self.current
         self._mode = "steady"
         here, above = self.recent(self.current, TRIAL_STEPS), self.recent(self._from, SLOW_STREAK)
-        if here is not None and above is not None and here > above * FASTER:
+        blind, self._blind_trial = self._blind_trial, False
+        if not blind and here is not None and above is not None and here > above * FASTER:
             self._move(self.current, self._from, UNDONE)
             self._slow = -2 * SLOW_STREAK  # a few steps before the next slow streak counts
             return self.current
