@@ -145,6 +145,9 @@ class LoadPlan:
     rpc_servers: tuple[str, ...] = ()
     rpc_layers: tuple[int, ...] = ()
     n_layers: int = 0  # the model's layer count, when the plan splits it
+    # The user fixed the thread count (--threads N): the engine keeps it; otherwise the count
+    # follows a busy machine while the model runs (engines/threads.py).
+    threads_pinned: bool = False
 
     def describe(self) -> str:
         if self.rpc_servers:

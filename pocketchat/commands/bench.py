@@ -15,7 +15,7 @@ import json
 import random
 import statistics
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from pocketchat.commands.statusline import StatusLine
 from pocketchat.commands.turns import WORDS
@@ -28,6 +28,7 @@ class Result:
     test: str
     tokens: int
     tok_s: list[float]
+    threads: list[str] = field(default_factory=list)  # how the CPU threads moved, in order
 
     @property
     def mean(self) -> float:
@@ -110,14 +111,25 @@ def bench_tg(engine, n_gen: int, reps: int, rng: random.Random) -> Result:
     from pocketchat.engines.types import ChatOptions, Message
 
     speeds: list[float] = []
+    notes: list[str] = []
     tokens = 0
     for _ in range(reps):
         msg = Message("user", f"{rng.randrange(10**9)} Write a long story about a lighthouse.")
-        final = _last(engine.chat([msg], ChatOptions(max_tokens=n_gen, ignore_eos=True, seed=1)))
+        final = _last(_threads_seen(engine.chat(
+            [msg], ChatOptions(max_tokens=n_gen, ignore_eos=True, seed=1)), notes))
         if final.stats.decode_seconds > 0:
             speeds.append(final.stats.decode_tok_s)
             tokens = final.stats.generated_tokens
-    return Result(f"tg{n_gen}", tokens, speeds)
+    return Result(f"tg{n_gen}", tokens, speeds, notes)
+
+
+def _threads_seen(chunks, notes: list[str]):
+    """The chunks, each new note of the CPU threads moving added to `notes` on the way."""
+    for chunk in chunks:
+        note = chunk.stats.threads_note
+        if note and (not notes or notes[-1] != note):
+            notes.append(note)
+        yield chunk
 
 
 def run(args: argparse.Namespace) -> int:
@@ -169,6 +181,11 @@ def run(args: argparse.Namespace) -> int:
             "runs": [_json(choice, size, args, r) for r in runs]}, indent=2), flush=True)
     else:
         print(visible(_table(choice.label, size, runs)), flush=True)
+    for _, _, results in runs:
+        for r in results:
+            if r.threads:
+                print(visible(f"{r.test}: the CPU threads moved: " + "; then ".join(r.threads)),
+                      file=sys.stderr)
     if not plan.rpc_servers:  # the estimate models this machine alone
         try:
             record_speed(choice, sel, runs[0][2][-1].mean)

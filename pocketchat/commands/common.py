@@ -143,7 +143,13 @@ def choose_model(sel: Selection, *, confirm=None, progress=None) -> ModelChoice:
     Downloads through the store when needed (asking `confirm`, reporting to `progress`), after
     the checks on the file's header (`download_vet`). With --rpc the helpers' memory joins the
     budget. Raises OfflineError when the model is not on disk and the Hub cannot be reached.
+    The plan carries what the user fixed (`Selection.applied`: --threads pins the count).
     """
+    choice = _choose(sel, confirm=confirm, progress=progress)
+    return replace(choice, plan=sel.applied(choice.plan))
+
+
+def _choose(sel: Selection, *, confirm=None, progress=None) -> ModelChoice:
     from pocketchat.select.budget import Budget
     from pocketchat.store import api as store
     from pocketchat.store.spec import parse_spec

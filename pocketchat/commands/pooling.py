@@ -61,4 +61,4 @@ def alone_plan(sel: Selection, choice) -> LoadPlan:
         raise EngineError(
             f"the helper is gone and {choice.name} does not fit this machine alone: {exc.message}",
             hint="Start the helper again and press Ctrl+R, or quit and choose a smaller build.") from None
-    return replace(alone, sampling=plan.sampling)
+    return sel.applied(replace(alone, sampling=plan.sampling))

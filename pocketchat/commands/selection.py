@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pocketchat.errors import UsageError
 from pocketchat.store.spec import STARTER
-from pocketchat.types import Backend, HardwareProfile
+from pocketchat.types import Backend, HardwareProfile, LoadPlan
 
 __all__ = ["STARTER", "Selection", "add_selection_args"]
 
@@ -55,6 +55,13 @@ class Selection:
             raise UsageError(f"unknown --backend {self.backend!r}", hint="Use --backend llama.cpp or mlx.")
         return self
 
+    def applied(self, plan: LoadPlan) -> LoadPlan:
+        """`plan` with what the user fixed beyond the planner's choice: `--threads N` pins
+        the count (the engine does not adapt it to a busy machine)."""
+        if self.threads is not None and not plan.threads_pinned:
+            return replace(plan, threads_pinned=True)
+        return plan
+
     def with_model(self, model: str) -> "Selection":
         return replace(self, model=model)
 
@@ -75,7 +82,8 @@ def add_selection_args(p: argparse.ArgumentParser, *, model: bool = True) -> Non
     p.add_argument("--lang", help="language you will chat in: en or ko (default en)")
     p.add_argument("--ctx", type=int, metavar="N", help="context size in tokens (default 8192 when it fits)")
     p.add_argument("--threads", "-t", type=int, metavar="N",
-                   help="CPU threads (default: the physical cores, at most 32)")
+                   help="CPU threads, fixed (default: the physical cores, at most 32, fewer "
+                        "while other programs keep the cores busy)")
     p.add_argument("--backend", choices=["llama.cpp", "mlx"], help="force a backend")
     if model:
         p.add_argument("--model", metavar="X",

@@ -43,7 +43,7 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Generator, Iterator, Sequence
 
@@ -63,6 +63,7 @@ from pocketchat.engines.constrain.tools import knows_tools, template_messages
 from pocketchat.engines.context import fit_messages, reply_reserve
 from pocketchat.engines.prefix_cache import PrefixCache, common_prefix
 from pocketchat.engines.prompt_cache import PromptCache
+from pocketchat.engines.rate import RecentRate
 from pocketchat.engines.slots import Batcher, StepCancelled, Work
 from pocketchat.engines.template import thinking_prompt
 from pocketchat.engines.thinking import CLOSE_TAG, OPEN_TAG
@@ -190,6 +191,7 @@ class Progress:
     kept: int = 0  # tokens of the prompt reused from the cache
     ttft: float | None = None
     settled: bool = False  # the state ended where this prompt could go on (a boundary)
+    rate: RecentRate = field(default_factory=RecentRate)  # decode tok/s of the last seconds
 
 
 class EngineBase:
@@ -612,6 +614,7 @@ class EngineBase:
             gen = self._generate(tokens[start:], opts, max_new)
             for step in gen:
                 counted[0] += 1
+                progress.rate.add(counted[0])
                 if progress.ttft is None:
                     progress.ttft = time.perf_counter() - progress.started
                 piece = out.feed(step.text, step.logprob)
@@ -669,15 +672,22 @@ class EngineBase:
             yield report()
         return at
 
+    def _threads_now(self) -> tuple[int, int, str]:
+        """(CPU threads decoding now, the plan's count, why they moved); zeros: no such count."""
+        return 0, 0, ""
+
     def _stats(self, progress: Progress) -> Stats:
         t, plan = self._timing(), progress.plan
+        threads, full, note = self._threads_now()
         return Stats(prompt_tokens=t.prompt_tokens, prompt_seconds=t.prompt_seconds,
                      generated_tokens=t.generated_tokens, decode_seconds=t.decode_seconds,
                      ttft_seconds=progress.ttft, context_used=len(self.cache.tokens),
                      context_limit=self.n_ctx, dropped_messages=plan.dropped,
                      peak_memory_bytes=t.peak_memory_bytes, prompt_length=len(plan.tokens),
                      reused_tokens=progress.kept,
-                     prepared_tokens=min(progress.prepared, progress.kept))
+                     prepared_tokens=min(progress.prepared, progress.kept),
+                     recent_tok_s=progress.rate.tok_s(), threads=threads, threads_full=full,
+                     threads_note=note)
 
     # -- saved state (--continue) ----------------------------------------------------------
 

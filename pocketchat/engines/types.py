@@ -98,6 +98,12 @@ class Stats:
     reused_tokens: int = 0
     prepared_tokens: int = 0
     stop_reason: StopReason | None = None  # set on the last chunk: why the answer stopped
+    recent_tok_s: float = 0.0  # decode tok/s over the last few seconds (0.0: not yet known)
+    # CPU threads decoding now, of the plan's count, and why they moved ('1 of 2 threads: the
+    # machine is busy'; '' when nothing moved lately); 0: the backend has no such count.
+    threads: int = 0
+    threads_full: int = 0
+    threads_note: str = ""
 
     @property
     def evaluated_tokens(self) -> int:

@@ -211,6 +211,7 @@ class StatusFigures:
     memory_bytes: int | None = None
     reused_tokens: int = 0  # of prompt_length, taken from the prompt cache
     prompt_length: int = 0
+    threads_note: str = ""  # the CPU threads moved: '1 of 2 threads: the machine is busy'
 
 
 def context_level(used: int, limit: int) -> str:
@@ -221,7 +222,8 @@ def context_level(used: int, limit: int) -> str:
 
 
 class StatusBar(Static):
-    """Live figures: state, decode tok/s, time to first token, tokens, context, memory.
+    """Live figures: state, decode tok/s (of the last seconds), why the CPU threads moved (when
+    they did), time to first token, tokens, context, memory.
 
     One line, fitted to its width (ui/fitline.py: a figure not known yet goes first, the state
     and the context last), repainted only when its text changes and never re-laid out (its size
@@ -271,6 +273,8 @@ def status_parts(f: StatusFigures, level: str) -> list[Part]:
     parts += [Part.of(piece, 70 - i, "$accent bold", sep=" · ") for i, piece in enumerate(rest)]
     speed = f"{f.decode_tok_s:.1f} tok/s" if f.decode_tok_s else "– tok/s"
     parts.append(Part.of(speed, 60 if f.decode_tok_s else 10, "$success bold"))
+    if f.threads_note:  # why the CPU threads moved: kept before the smaller figures
+        parts.append(Part.of(f.threads_note, 55, "$warning"))
     known = f.ttft_seconds is not None
     parts.append(Part.of(f"TTFT {human_duration(f.ttft_seconds) if known else '–'}", 30 if known else 10))
     if f.prompt_length:
@@ -298,7 +302,7 @@ def figures_from_stats(
     ttft = stats.ttft_seconds if stats.ttft_seconds is not None else elapsed_ttft
     return StatusFigures(
         state=state,
-        decode_tok_s=stats.decode_tok_s or None,
+        decode_tok_s=stats.recent_tok_s or stats.decode_tok_s or None,  # the last seconds
         ttft_seconds=ttft,
         tokens=stats.generated_tokens,
         context_used=stats.context_used,
@@ -306,4 +310,5 @@ def figures_from_stats(
         memory_bytes=memory,
         reused_tokens=stats.reused_tokens,
         prompt_length=stats.prompt_length,
+        threads_note=stats.threads_note,
     )

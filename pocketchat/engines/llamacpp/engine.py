@@ -46,6 +46,7 @@ from pocketchat.engines.llamacpp.state import LlamaState
 from pocketchat.engines.prefix_cache import PrefixCache
 from pocketchat.engines.slots import Batcher, Part
 from pocketchat.engines.template import template_for
+from pocketchat.engines.threads import ThreadControl
 from pocketchat.engines.thinking import CLOSE_TAG, OPEN_TAG
 from pocketchat.engines.types import ChatOptions, EngineInfo
 
@@ -104,6 +105,7 @@ class LlamaCppEngine(EngineBase):
         self._n_batch = max(1, int(lib.llama_n_batch(self._ctx)))
         self._batch = lib.llama_batch_init(self._n_batch, 0, 1)
         self._root = self
+        self._threads = self._thread_control(plan)
         self._batcher: Batcher | None = None
         if plan.parallel > 1:
             self.n_ctx = int(lib.llama_n_ctx_seq(self._ctx))
@@ -120,6 +122,22 @@ class LlamaCppEngine(EngineBase):
             notes=(template_note,) if template_note else (),
             thinking=self.thinks,
         )
+
+    def _thread_control(self, plan: Any) -> ThreadControl:
+        """The context's thread counts, adapted per step to a busy machine unless the user
+        fixed them (`--threads`), every layer is on the GPU, or helpers hold part of the model
+        (their step times include the link and the helpers: their counts are kept)."""
+        lib, ctx = self._lib, self._ctx
+        pinned = bool(plan.threads_pinned or plan.rpc_servers or plan.placement == "gpu")
+        return ThreadControl(int(lib.llama_n_threads(ctx)), int(lib.llama_n_threads_batch(ctx)),
+                             lambda decode, batch: lib.llama_set_n_threads(ctx, decode, batch),
+                             pinned=pinned)
+
+    def _threads_now(self) -> tuple[int, int, str]:
+        control = self._threads
+        if control.pinned:
+            return control.threads, control.decode.full, ""
+        return control.threads, control.decode.full, control.note()
 
     def _init_sequence(self, seq: int) -> None:
         """This engine's own part: its sequence's state and cache, its sampler, its counters."""
@@ -258,7 +276,12 @@ class LlamaCppEngine(EngineBase):
             if logits_last and i + len(part) == len(tokens):
                 batch.logits[len(part) - 1] = 1
             batch.n_tokens = len(part)
+            decoding = len(part) == 1
+            self._threads.before(decoding)
+            began = time.perf_counter()
             rc = lib.llama_decode(self._ctx, batch)
+            if rc == 0:
+                self._threads.after(decoding, len(part), time.perf_counter() - began)
             if rc != 0:
                 cache.truncate(base)  # drop what the failed batch left
                 if rc == 2 or self._cancel.is_set():
@@ -288,7 +311,13 @@ class LlamaCppEngine(EngineBase):
                 batch.logits[j] = 1 if last and i == start + n - 1 else 0
                 j += 1
         batch.n_tokens = j
-        return int(self._lib.llama_decode(self._ctx, batch))
+        decoding = all(n == 1 for _, _, n in parts)  # each sequence's next token
+        self._threads.before(decoding)
+        began = time.perf_counter()
+        rc = int(self._lib.llama_decode(self._ctx, batch))
+        if rc == 0:
+            self._threads.after(decoding, j, time.perf_counter() - began)
+        return rc
 
     def _sample_at(self, index: int) -> tuple[int, Any]:
         """This sequence's next token from the logits at batch `index` (inside the step)."""
