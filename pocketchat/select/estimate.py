@@ -52,7 +52,10 @@ POCKET_LAYERS = 40
 POCKET_VOCAB = 248_320
 POCKET_EMBD = 2048
 
-# Speed calibration. CPU decoding is bandwidth-bound: the published CPU figures (Xeon IQ1_M
+# Speed. On the CPU a token takes the larger of its bytes over the bandwidth below and its
+# bytes at this machine's measured kernel rates (select/kernels.py, when the probe measured
+# them), plus its layers' time outside the products: `cpu_speed`. The bandwidth side: on many
+# machines CPU decoding is bandwidth-bound: the published CPU figures (Xeon IQ1_M
 # 27 tok/s, AMD mini-PC Q2_K 20 tok/s, M3 Pro CPU Q2_K 19.5 tok/s) all read about 20 GB/s of
 # weights, roughly half a measured copy bandwidth (the probe copies with the machine's cores
 # together, `bandwidth.measure_gbps`: on the 2-core dev machine 31 GB/s, where two threads
