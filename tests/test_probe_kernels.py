@@ -148,3 +148,33 @@ def test_the_real_probe_measures_every_type_the_catalog_uses():
     if cached:  # measured on a quiet moment: the next run reads it
         assert "measured again next time" not in second.stdout
         assert json.loads((settings().cache_dir / kern.FILE_NAME).read_text())["kernels"]["threads"]
+
+
+def test_the_probe_turns_timed_operations_into_rates_layers_and_a_step():
+    """`summarize` (the probe's arithmetic, on scripted operation times): the best of the rounds
+    per operation, a no-op's time (the dispatch) taken off each, products by weight type and
+    role, an unnamed operation counted in the layer before it, the rest of the step."""
+    from pocketchat.engines.llamacpp.kernels import summarize
+    from pocketchat.modelfile.qwen35 import POCKET
+    from dataclasses import replace
+
+    shape = replace(POCKET, n_layer=4)  # layers 0-2 recurrent, 3 attention
+
+    def token(slow: float = 0.0):
+        return [  # op, name, weight type, bytes, weight, seconds
+            ("GET_ROWS", "inp_embd", -1, 0, "", 0.0001),
+            ("VIEW", "x (view)", -1, 0, "", 0.00001),
+            ("MUL_MAT_ID", "ffn_moe_gate-0", 10, 10_000_000, "blk.0.ffn_gate_exps.weight", 0.00101 + slow),
+            ("MUL_MAT", "attn_qkv-0", 10, 20_000_000, "blk.0.attn_qkv.weight", 0.00201),
+            ("GATED_DELTA_NET", "", -1, 0, "", 0.00051),  # unnamed: layer 0's
+            ("MUL_MAT_ID", "ffn_moe_down-3", 29, 3_000_000, "blk.3.ffn_down_exps.weight", 0.00101),
+            ("SOFT_MAX", "attn_soft_max-3", -1, 0, "", 0.00021),
+            ("RMS_NORM", "result_norm", -1, 0, "", 0.00011),
+        ]
+
+    got = summarize([token(slow=0.5), token()], plain=[0.01, 0.005], shape=shape)
+    assert got["rates"]["Q2_K"] == {"expert": pytest.approx(10.0), "dense": pytest.approx(10.0)}
+    assert got["rates"]["IQ1_M"] == {"expert": pytest.approx(3.0)}
+    assert got["layer_s"]["recurrent"] == pytest.approx(0.0005 / 3, rel=1e-3)
+    assert got["layer_s"]["attention"] == pytest.approx(0.0002, rel=1e-3)
+    assert got["step_s"] == pytest.approx(0.005 - 0.004 - 0.0007, abs=1e-6)

@@ -207,6 +207,12 @@ def summarize(rounds: list[list[tuple]], plain: list[float], shape: Qwen35Shape)
     layer: int | None = None
     for (op, name, wtype, nbytes, weight, _), s in zip(nodes, best):
         s = max(s - dispatch, 0.0)
+        # graph order is layer by layer: an unnamed node belongs to the layer before it
+        named = _layer_of(name)
+        if named is not None:
+            layer = named
+        elif name and "(" not in name:
+            layer = None  # the embedding, the output norm: the step's
         if nbytes and wtype in TYPE_NAMES and weight.endswith(".weight"):
             role = "expert" if "_exps" in weight else "dense"
             acc = moved.setdefault((TYPE_NAMES[wtype], role), [0.0, 0.0])
@@ -214,12 +220,6 @@ def summarize(rounds: list[list[tuple]], plain: list[float], shape: Qwen35Shape)
             acc[1] += s
             products += s
             continue
-        # graph order is layer by layer: an unnamed node belongs to the layer before it
-        named = _layer_of(name)
-        if named is not None:
-            layer = named
-        elif name and "(" not in name:
-            layer = None  # the embedding, the output norm: the step's
         if layer is not None and layer < shape.n_layer and op not in NOOP_OPS:
             kinds["attention" if shape.is_full_attention(layer) else "recurrent"][1] += s
     rates: dict[str, dict[str, float]] = {}
