@@ -236,8 +236,8 @@ class Hold:
 
 
 def hold(conversation: Conversation) -> Hold | int:
-    """Hold `conversation` for this process: the `Hold`, or the process id of the pocketchat
-    that already holds it (0 when not known). Where the file system has no locks, the hold is
+    """Hold `conversation` for this process: the `Hold`, or the id of the live process that
+    already holds it (0 when not known; `holder`). Where the file system has no locks, the hold is
     granted (and `save` still refuses to write over another process's turns)."""
     folder = conversation.path.parent / LOCKS
     try:
@@ -250,12 +250,60 @@ def hold(conversation: Conversation) -> Hold | int:
         handle.seek(0)
         text = handle.read(32).decode("ascii", "replace").strip()
         handle.close()
-        return int(text) if text.isdigit() else 0
+        return holder(folder / f"{conversation.id}.lock", int(text) if text.isdigit() else 0)
     handle.seek(0)
     handle.truncate()
     handle.write(str(os.getpid()).encode())
     handle.flush()
     return Hold(handle, conversation.id)
+
+
+def holder(lock: Path, recorded: int) -> int:
+    """The process that holds `lock` now, or 0 when it cannot be known: never a process that is
+    gone. The pid written in the file is its first holder's; a process it started without
+    closing the file (a fork) keeps the lock after it ends, so where the system shows which
+    processes have the file open (Linux's /proc), that decides."""
+    openers = _openers(lock)
+    if openers is not None:
+        return recorded if recorded in openers else min(openers, default=0)
+    return recorded if recorded and _alive(recorded) else 0
+
+
+def _openers(path: Path) -> set[int] | None:
+    """The ids of the processes (of this user) that have `path` open; None where unknown."""
+    proc = Path("/proc")
+    if not (proc / "self" / "fd").is_dir():
+        return None
+    target = os.path.realpath(path)
+    found = set()
+    for entry in os.scandir(proc):
+        if not entry.name.isdigit():
+            continue
+        try:
+            fds = os.scandir(f"/proc/{entry.name}/fd")
+        except OSError:  # gone, or another user's
+            continue
+        with fds:
+            for fd in fds:
+                try:
+                    if os.readlink(fd.path) == target:
+                        found.add(int(entry.name))
+                        break
+                except OSError:
+                    continue
+    return found
+
+
+def _alive(pid: int) -> bool:
+    if os.name == "nt":  # os.kill would end it there; its locks end with it: the pid stands
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's: it exists
+        return True
+    return True
 
 
 def _try_lock(handle: Any) -> bool:

@@ -67,6 +67,59 @@ def test_a_conversation_held_by_another_process_is_refused_with_its_pid_and_free
     held.release()
 
 
+FORKING_HOLDER = """
+import os, sys, time
+from pocketchat import conversations
+c = conversations.load(sys.argv[1])
+held = conversations.hold(c)
+assert isinstance(held, conversations.Hold), held
+if os.fork() == 0:  # a process it started keeps the lock's open file; the holder itself ends
+    print(os.getpid(), flush=True)
+    time.sleep(120)
+os._exit(0)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or not Path("/proc/self/fd").is_dir(),
+                    reason="needs fork and /proc")
+def test_the_lock_message_names_the_live_holder_never_a_process_that_is_gone():
+    """Issue 35: the pid written in the lock file is its first holder's; when that process is
+    gone but a process it forked still has the file open (and so the lock), the message named
+    the dead one."""
+    from pocketchat.ui.holding import Holding
+
+    chat = _saved()
+    proc = subprocess.Popen([sys.executable, "-c", FORKING_HOLDER, str(chat.path)], cwd=REPO,
+                            stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    child = int(proc.stdout.readline())
+    try:
+        proc.wait(10)  # the process that wrote its pid into the lock file has ended
+        assert (settings().conversations_dir / conversations.LOCKS / f"{chat.id}.lock").read_text() \
+            == str(proc.pid)
+        assert conversations.hold(chat) == child
+        shown, note = Holding().take(chat)
+        assert shown.id != chat.id and f"(process {child})" in note, note
+        assert str(proc.pid) not in note
+    finally:
+        os.kill(child, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while not isinstance(held := conversations.hold(chat), conversations.Hold):
+        assert time.monotonic() < deadline, held
+        time.sleep(0.1)
+    held.release()
+
+
+def test_a_recorded_pid_that_is_gone_is_not_named_where_the_openers_are_unknown(monkeypatch, tmp_path):
+    """Without /proc (macOS, BSD): the recorded pid only when that process is alive."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait(10)
+    monkeypatch.setattr(conversations, "_openers", lambda path: None)
+    assert conversations.holder(tmp_path / "x.lock", gone.pid) == 0
+    assert conversations.holder(tmp_path / "x.lock", os.getpid()) == os.getpid()
+    assert conversations.holder(tmp_path / "x.lock", 0) == 0
+
+
 def test_the_same_process_holds_once_and_a_copy_is_free_to_hold():
     chat = _saved()
     first = conversations.hold(chat)

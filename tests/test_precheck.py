@@ -183,3 +183,99 @@ def test_inspect_offline_without_the_file_says_so(capsys):
     assert main(["inspect", "POCKET-35B-Q4_K_M", "--offline", "--json",
                  "--hardware", str(Path(__file__).parent / "profiles" / "linux-12gb-nvidia-32gb.json")]) == 1
     assert "cannot read the header" in capsys.readouterr().err
+
+
+# -- what the terminal shows before the download question (issue 35) ------------------------
+
+
+class _Terminal(__import__("io").StringIO):
+    """stderr or stdin as a terminal: what TerminalProgress and the question write to."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_checks_before_the_question_are_on_screen(repos):
+    """The header read, the runtime's answer and the probe ran before the question with the
+    terminal blank (4 s on a first run). Each step is a line now, rewritten as bytes arrive,
+    and the question starts on a line of its own."""
+    from pocketchat.commands.common import download_vet
+    from pocketchat.commands.download import TerminalProgress, make_confirm
+    from pocketchat.store import api as store
+    from pocketchat.store.fetcher import HEADER_STEP, VET_STEP
+
+    screen = _Terminal()
+    events, at_question = [], []
+    shown = TerminalProgress(screen, interval_s=0)
+
+    def progress(p):
+        gets = sum(1 for verb, path, _h in repos.requests if verb == "GET" and "/resolve/" in path)
+        events.append((p, gets))
+        shown(p)
+
+    ask = make_confirm(False, stdin=_Terminal("n\n"), stream=screen)
+
+    def confirm(plan):
+        at_question.append(len(events))
+        return ask(plan)
+
+    machine = Path(__file__).parent / "profiles" / "linux-12gb-nvidia-32gb.json"  # no probe: fast
+    sel = Selection.from_args(cli._root_parser().parse_args(["--hardware", str(machine)]))
+    with pytest.raises(Exception, match="Not downloading"):
+        store.ensure(f"{NORMAL}:Q4_1", confirm=confirm, progress=progress, vet=download_vet(sel))
+    first, gets = events[0]
+    assert first.phase == "checking" and first.message == HEADER_STEP and gets == 0  # before the read
+    header = [p.bytes_done for p, _ in events if p.message == HEADER_STEP]
+    assert header == sorted(header) and header[-1] > 1_800_000  # SmolLM2's header: 1.8 MB
+    assert [p.message for p, _ in events][-1] == VET_STEP and at_question == [len(events)]
+    text = screen.getvalue()
+    before, question = text.split("Download ", 1) if "Download " in text else (text, "")
+    assert f"{NORMAL}:Q4_1: {HEADER_STEP}" in before and f"{NORMAL}:Q4_1: {VET_STEP}" in before, text
+    assert before.endswith("\n") and "[y/N]" in question, text
+
+
+def test_a_header_that_trickles_in_shows_its_bytes_and_stops_with_the_rate(repos):
+    """A server that sends a few bytes at a time never stalls, so only a deadline on the whole
+    header read ends it (was: silent for 7 minutes)."""
+    from pocketchat.errors import DownloadError
+    from pocketchat.store import api as store
+    from pocketchat.store.download import DownloadOptions
+    from pocketchat.store.header import remote_facts
+
+    repos.faults.trickle_bytes, repos.faults.trickle_s = 2000, 0.02  # 100 kB/s: 1 MiB in 10 s
+    heard = []
+    rm = store.resolve(f"{NORMAL}:Q4_1")
+    with pytest.raises(DownloadError) as e:
+        remote_facts(rm, options=DownloadOptions(header_timeout_s=1.0),
+                     progress=lambda done, want: heard.append(done))
+    message = e.value.message
+    assert "reading the header of Smol-Q4_1.gguf from tester/Smol-GGUF took over 1 s" in message, message
+    assert "kB/s" in message and "would take" in message and "Nothing was downloaded" in message
+    assert "faster network" in e.value.hint and "resume" not in e.value.hint
+    assert len(set(heard)) > 3 and heard == sorted(heard)  # the bytes as they came
+    assert repos.bytes_served < 1024 * 1024
+
+
+def test_a_named_model_not_on_disk_shows_the_probe_before_it_runs(repos, monkeypatch):
+    """`pocketchat -p ... --model REPO:QUANT`: the machine's probe (its memory bandwidth is
+    measured on a first run) comes before the model's checks; its step is on screen first."""
+    from pocketchat.commands.common import PROBE_STEP, choose_model
+    from pocketchat.errors import DownloadDeclined
+    from pocketchat.select import probe
+    from pocketchat.store.fetcher import HEADER_STEP, VET_STEP
+
+    seen: list[str] = []
+    real = probe.detect
+    monkeypatch.setattr(probe, "detect", lambda **k: (seen.append("probe"), real(**k))[1])
+    sel = Selection.from_args(cli._root_parser().parse_args(["--model", f"{NORMAL}:Q4_1"]))
+    with pytest.raises(DownloadDeclined):
+        choose_model(sel, confirm=lambda plan: seen.append("question") and False,
+                     progress=lambda p: seen.append(p.message))
+    steps = [s for i, s in enumerate(seen) if i == 0 or s != seen[i - 1]]
+    assert steps[:2] == [PROBE_STEP, "probe"], steps
+    assert steps[-3:] == [HEADER_STEP, VET_STEP, "question"], steps
+
+    seen.clear()  # a model on disk: no step (nothing will be asked)
+    choose_model(Selection.from_args(cli._root_parser().parse_args(["--model", "starter"])),
+                 progress=lambda p: seen.append(p.message))
+    assert PROBE_STEP not in seen

@@ -78,6 +78,48 @@ def test_retries_give_up_with_the_partial_kept(hub, data):
     assert "resumes" in e.value.hint
 
 
+# -- a host that lies about the file's size (issue 35): found at once, no resume advised ------
+
+PATIENT = DownloadOptions(stall_timeout_s=0.5, backoff_s=0.05)  # the default 8 retries
+
+
+def _no_resume_advice(e) -> None:
+    text = e.value.message + " " + e.value.hint
+    assert "cannot be completed or resumed" in text and "Nothing was kept" in text, text
+    assert "another network" in e.value.hint and "resumes" not in e.value.hint, e.value.hint
+    assert _partials() == [] and _snapshot_files() == []
+
+
+@pytest.mark.parametrize("listed", [SIZE + 1_000_000, SIZE - 1_000_000])
+def test_a_file_of_another_size_than_listed_stops_at_once(hub, data, listed):
+    """The listing (and HEAD) say `listed`; the server's own headers say the real size."""
+    hub.faults.listed_size[NAME] = listed
+    events = []
+    with pytest.raises(ChecksumMismatch) as e:
+        store.ensure(f"{REPO}:Q4_K_M", options=PATIENT, progress=events.append)
+    assert f"the Hub lists it as {listed} bytes, but the server sends a file of {SIZE} bytes" \
+        in e.value.message, e.value.message
+    _no_resume_advice(e)
+    assert not [ev for ev in events if ev.phase == "retrying"]
+    gets = [h.get("Range") for m, p, h in hub.requests if m == "GET" and "/resolve/" in p]
+    assert gets == [None]  # one request: nothing retried
+
+
+def test_a_host_whose_headers_promise_more_than_it_sends_is_given_up_early(hub, data):
+    """Every header claims the whole file, every body stops at the same byte: a network cuts
+    at random places, so after a few bodies that end at one byte the file ends there."""
+    hub.faults.cut_at[NAME] = 1_200_000
+    t0 = time.monotonic()
+    with pytest.raises(ChecksumMismatch) as e:
+        store.ensure(f"{REPO}:Q4_K_M", options=PATIENT)
+    assert time.monotonic() - t0 < 5
+    assert "sends only its first 1200000 bytes (3 times in a row it stopped at that byte)" \
+        in e.value.message, e.value.message
+    _no_resume_advice(e)
+    gets = [h.get("Range") for m, p, h in hub.requests if m == "GET" and "/resolve/" in p]
+    assert gets == [None, "bytes=1200000-", "bytes=1200000-"]  # not 1 + 8
+
+
 def test_server_ignoring_range_restarts_cleanly(hub, data):
     hub.faults.drop_after, hub.faults.ignore_range = 1_000_000, True
     assert store.ensure(f"{REPO}:Q4_K_M", options=FAST).read_bytes() == data

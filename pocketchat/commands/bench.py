@@ -162,15 +162,39 @@ def run(args: argparse.Namespace) -> int:
             runs.append((alone, *_measure(alone, choice, args)))
     from pocketchat.commands.common import model_size
 
-    if not plan.rpc_servers:  # the estimate models this machine alone
-        record_speed(choice, sel, runs[0][2][-1].mean)
     size = model_size(choice.path)
+    # The figures first: a save that fails afterwards (a read-only or full cache) loses nothing.
     if args.json:
         print(json.dumps(_json(choice, size, args, runs[0]) | {
-            "runs": [_json(choice, size, args, r) for r in runs]}, indent=2))
-        return 0
-    print(visible(_table(choice.label, size, runs)))
+            "runs": [_json(choice, size, args, r) for r in runs]}, indent=2), flush=True)
+    else:
+        print(visible(_table(choice.label, size, runs)), flush=True)
+    if not plan.rpc_servers:  # the estimate models this machine alone
+        try:
+            record_speed(choice, sel, runs[0][2][-1].mean)
+        except OSError as exc:
+            print(visible(not_saved(exc)), file=sys.stderr)
     return 0
+
+
+def not_saved(exc: OSError) -> str:
+    """The warning for a measured speed the cache refused: what was not saved, where, what to do."""
+    import errno
+    from pathlib import Path
+
+    folder = Path(str(exc.filename)).parent if exc.filename else None
+    while folder is not None and not folder.exists() and folder != folder.parent:
+        folder = folder.parent  # the folder that refused: the nearest one there
+    where = f" to {folder}" if folder else ""
+    reason = exc.strerror or str(exc)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = (f"free some space on the disk of {folder}" if folder else "free some disk space"
+               ) + " or set POCKETCHAT_CACHE_DIR to a folder on another disk"
+    else:
+        fix = (f"make {folder} writable" if folder else "make the cache folder writable"
+               ) + " or set POCKETCHAT_CACHE_DIR to a folder you can write to"
+    return (f"warning: the measured speed was not saved{where} ({reason}); --recommend keeps "
+            f"ranking this model by its estimate.\n  To keep measurements, {fix}.")
 
 
 def _measure(plan, choice, args: argparse.Namespace):

@@ -53,6 +53,9 @@ def progress_adapter(hooks: Any) -> Callable[[DownloadProgress], None]:
     """Show the store's download progress on the app's download screen."""
 
     def progress(p: DownloadProgress) -> None:
+        if p.phase == "checking":  # the steps before the download question
+            hooks.progress(p.bytes_done, p.bytes_total or None, f"{p.name}: {p.message}")
+            return
         hooks.progress(p.bytes_done, p.bytes_total or None, f"Downloading {p.filename}")
 
     return progress

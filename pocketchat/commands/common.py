@@ -106,9 +106,19 @@ def download_vet(sel: Selection, budget=None):
             raise UnsupportedModel(
                 f"{rm.name} is a {facts.arch!r} model, an architecture the installed llama.cpp "
                 f"cannot load; nothing was downloaded")
-        check_fits(facts, budget or sel.profile(), rm.name)
+        check_fits(facts, budget or _fit_profile(sel), rm.name)
 
     return vet
+
+
+def _fit_profile(sel: Selection) -> HardwareProfile:
+    """The machine as the fit check needs it: memory and devices, not the memory bandwidth
+    (a measurement of a second or two on a first run, with the download question waiting)."""
+    if sel.hardware is not None:
+        return sel.profile()
+    from pocketchat.select.probe import detect
+
+    return detect(measure_bandwidth=False)
 
 
 def trained_context(path: Path) -> int | None:
@@ -144,6 +154,8 @@ def choose_model(sel: Selection, *, confirm=None, progress=None) -> ModelChoice:
         from pocketchat.commands.pooling import helpers_for
 
         helpers = helpers_for(sel)
+    if spec is not None and progress is not None and not sel.offline:
+        _say_probe(spec, progress)
     # Ranking builds, or planning a catalog build's threads, needs this machine's kernel speeds
     # (measured once, cached); a given file's plan uses them only when already measured.
     budget = Budget(sel.profile(kernels=spec is None or spec.build is not None), helpers)
@@ -161,6 +173,21 @@ def choose_model(sel: Selection, *, confirm=None, progress=None) -> ModelChoice:
         name = path.name
     return ModelChoice(name=name, path=path, plan=_file_plan(sel, budget, path, name, starter=spec.starter),
                        starter=spec.starter)
+
+
+PROBE_STEP = "looking at this machine (memory, devices, speed) before checking the model"
+
+
+def _say_probe(spec, progress) -> None:
+    """Before the probe (a second or two on a first run): a step line when the model named
+    is not on disk, so a download question follows the probe (the terminal is never blank
+    before it)."""
+    from pocketchat.store import api as store
+    from pocketchat.store.types import DownloadProgress
+
+    if spec.local is not None or store.local_path(spec) is not None:
+        return
+    progress(DownloadProgress(spec.text, spec.text, "checking", 0, 0, message=PROBE_STEP))
 
 
 def _recommended(sel: Selection, budget, *, confirm=None, progress=None) -> ModelChoice:

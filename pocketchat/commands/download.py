@@ -34,7 +34,10 @@ def human_duration(s: float) -> str:
 
 
 class TerminalProgress:
-    """Progress on stderr: one line rewritten in place on a terminal, a line per 10% elsewhere."""
+    """Progress on stderr: one line rewritten in place on a terminal, a line per 10% elsewhere;
+    the checks before a download (phase "checking") as a line per step."""
+
+    _open_line: "TerminalProgress | None" = None  # whose line the cursor is at the end of
 
     def __init__(self, stream: TextIO | None = None, *, interval_s: float = 0.2) -> None:
         self.stream = stream or sys.stderr
@@ -44,8 +47,12 @@ class TerminalProgress:
         self._decile = -1
         self._width = 0
         self._open = False
+        self._last_step = ""
 
     def __call__(self, p: DownloadProgress) -> None:
+        if p.phase == "checking":  # the steps before the question: one line, rewritten
+            self._step(p)
+            return
         if p.message and p.phase in ("retrying", "waiting"):
             self._line(f"{p.filename}: {p.message}")
             return
@@ -61,6 +68,7 @@ class TerminalProgress:
             self.stream.write("\r" + one_line(text).ljust(self._width))
             self._width = len(text)
             self._open = True
+            TerminalProgress._open_line = self
             self.stream.flush()
         else:
             decile = int(p.fraction * 10)
@@ -68,6 +76,29 @@ class TerminalProgress:
                 self._decile = decile
                 self.stream.write(one_line(self.format(p)) + "\n")
                 self.stream.flush()
+
+    def _step(self, p: DownloadProgress) -> None:
+        """A check before the download: on a terminal its line is rewritten as bytes arrive;
+        elsewhere each step once."""
+        text = f"{p.name}: {p.message}"
+        if p.bytes_total:
+            text += f"  {human_bytes(p.bytes_done, like=p.bytes_total)} / {human_bytes(p.bytes_total)}"
+        if not self.tty:
+            if p.message != self._last_step:
+                self._last_step = p.message
+                self.stream.write(visible(f"{p.name}: {p.message}") + "\n")
+                self.stream.flush()
+            return
+        now = time.monotonic()
+        if p.message == self._last_step and now - self._last < self.interval_s:
+            return
+        self._last, self._last_step = now, p.message
+        text = one_line(text)
+        self.stream.write("\r" + text.ljust(self._width))
+        self._width = len(text)
+        self._open = True
+        TerminalProgress._open_line = self
+        self.stream.flush()
 
     @staticmethod
     def format(p: DownloadProgress) -> str:
@@ -94,6 +125,14 @@ class TerminalProgress:
             self.stream.flush()
             self._open = False
             self._width = 0
+        if TerminalProgress._open_line is self:
+            TerminalProgress._open_line = None
+
+    @classmethod
+    def end_line(cls) -> None:
+        """End the line a progress display left open (before something else writes)."""
+        if cls._open_line is not None:
+            cls._open_line.finish()
 
 
 def make_confirm(yes: bool, stdin: TextIO | None = None, stream: TextIO | None = None):
@@ -107,6 +146,7 @@ def make_confirm(yes: bool, stdin: TextIO | None = None, stream: TextIO | None =
             raise UsageError(f"not downloading {plan.name} ({human_bytes(plan.total_bytes)}) without asking, "
                              "and there is no terminal to ask on",
                              hint="Pass --yes to download without asking.")
+        TerminalProgress.end_line()  # the question on a line of its own, after the checks'
         out.write(visible(plan.question()) + " [y/N] ")
         out.flush()
         return inp.readline().strip().lower() in ("y", "yes")
@@ -120,16 +160,22 @@ def run(args: argparse.Namespace) -> int:
 
     sel = Selection.from_args(args)
     spec = args.spec
+    progress = TerminalProgress()
     if not spec:
         from pocketchat.commands.common import recommend
         from pocketchat.select.report import nothing_fits
 
-        rec = recommend(sel)
+        if sel.hardware is None:  # the probe: a second or two on a first run
+            progress(DownloadProgress("the build to download", "", "checking", 0, 0,
+                                      message="looking at this machine (memory, devices, speed)"))
+        try:
+            rec = recommend(sel)
+        finally:
+            progress.finish()
         if rec.recommended is None:
             raise nothing_fits(rec, hint="Name a smaller model: pocketchat download MODEL")
         spec = rec.recommended.build
         print(f"recommended for this machine: {spec.id} ({rec.recommended.reason})", file=sys.stderr)
-    progress = TerminalProgress()
     try:
         options = store.DownloadOptions(stall_timeout_s=max(args.stall_timeout, 0.1))
         path = store.ensure(spec, offline=sel.offline, confirm=make_confirm(sel.yes), progress=progress,

@@ -25,6 +25,7 @@ from pocketchat.store.sink import Sink
 from pocketchat.store.types import RemoteFile
 
 GB = 1000**3
+SAME_END_LIMIT = 3  # bodies in a row that end at the same byte of the file: the file ends there
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
 
 
@@ -38,6 +39,7 @@ class DownloadOptions:
     backoff_s: float = 1.0  # first wait; doubles each retry
     backoff_max_s: float = 30.0
     report_interval_s: float = 0.1
+    header_timeout_s: float = 120.0  # the header read before a download, all of it (a few MB)
 
 
 # Called with (bytes of this file on disk now, phase, message).
@@ -166,15 +168,24 @@ def _receive(session, loc, sink: Sink, size, digest, options, report, repo_id, p
     failures = 0
     refreshed = False
     done = sink.written
+    # Attempts in a row whose body, promised to run on, ended at the byte where `done` is now.
+    # A network cuts at random places; a body that ends at the same byte of the file each time
+    # is a host whose file is shorter than it says, and no retry or resume gets past it.
+    ended_here = 0
     while size is None or done < size:
         headers = dict(loc.headers)
         headers["Accept-Encoding"] = "identity"
         if done:
             headers["Range"] = f"bytes={done}-"
         last_report = 0.0
+        started, promised = done, False
         try:
             with session.stream("GET", loc.url, headers=headers, timeout=timeout) as r:
                 status = r.status_code
+                promised = status in (200, 206)
+                served = _served_size(r)
+                if size is not None and served is not None and served != size:
+                    raise _size_lie(path, repo_id, size, served)
                 if status == 416 and size is not None and done >= size:
                     break
                 if status in hub.TRANSIENT_STATUS:
@@ -202,9 +213,7 @@ def _receive(session, loc, sink: Sink, size, digest, options, report, repo_id, p
                                             f"for a request from byte {done}")
                 for chunk in r.iter_bytes():  # as it arrives: a drop loses nothing received
                     if size is not None and done + len(chunk) > size:
-                        raise ChecksumMismatch(
-                            f"the server sent more than the {size} bytes of {path}; nothing was kept",
-                            hint="Run the command again; if it fails again the server is misbehaving.")
+                        raise _size_lie(path, repo_id, size, None)
                     sink.add(chunk)
                     done += len(chunk)
                     failures = 0
@@ -214,12 +223,19 @@ def _receive(session, loc, sink: Sink, size, digest, options, report, repo_id, p
                         last_report = now
                 if size is None:
                     break
+                if done < size and status == 200 and _framed(r):
+                    # the whole file, delimited by the server itself, and shorter than listed
+                    raise _size_lie(path, repo_id, size, done)
                 if done < size:
                     raise _Retry("the connection closed early")
         except (_Retry, httpx2.TransportError) as exc:
             sink.drain()
             failures += 1
             reason = _reason(exc, options)
+            if promised:
+                ended_here = ended_here + 1 if done == started else 1
+                if ended_here >= SAME_END_LIMIT and size is not None and done > 0:
+                    raise _size_lie(path, repo_id, size, done, every_time=ended_here) from None
             if failures > options.max_retries:
                 raise DownloadError(
                     f"download of {path} failed after {options.max_retries} retries ({reason}); "
@@ -228,6 +244,44 @@ def _receive(session, loc, sink: Sink, size, digest, options, report, repo_id, p
             wait = min(options.backoff_s * 2 ** (failures - 1), options.backoff_max_s)
             report(done, "retrying", f"{reason}; retrying in {wait:.3g} s ({failures}/{options.max_retries})")
             time.sleep(wait)
+
+
+def _served_size(r) -> int | None:
+    """The size of the whole file as this response states it (Content-Range's total; a full
+    200's Content-Length); None when it does not say."""
+    m = _CONTENT_RANGE.match(r.headers.get("Content-Range", ""))
+    if m and m.group(3) != "*":
+        return int(m.group(3))
+    m = re.match(r"bytes\s+\*/(\d+)", r.headers.get("Content-Range", ""))
+    if m:  # a 416's "bytes */SIZE"
+        return int(m.group(1))
+    length = r.headers.get("Content-Length", "")
+    if r.status_code == 200 and length.isdigit() and not r.headers.get("Content-Encoding"):
+        return int(length)
+    return None
+
+
+def _framed(r) -> bool:
+    """Whether the server itself marks where the body ends (a length or chunks), so a body that
+    ended cleanly was ended by the server, not cut by the network."""
+    return ("Content-Length" in r.headers
+            or "chunked" in r.headers.get("Transfer-Encoding", "").lower())
+
+
+def _size_lie(path: str, repo_id: str, listed: int, served: int | None,
+              every_time: int = 0) -> ChecksumMismatch:
+    """A host serving a file of another size than the Hub lists: resuming cannot complete it
+    (every retry meets the same file), so the download stops at once and keeps nothing."""
+    what = f"a file of {served} bytes" if served is not None else "more bytes than that"
+    if every_time:
+        what = f"only its first {served} bytes ({every_time} times in a row it stopped at that byte)"
+    return ChecksumMismatch(
+        f"{path} from {repo_id}: the Hub lists it as {listed} bytes, but the server sends {what}; "
+        "it is not the file the repository lists, so it cannot be completed or resumed. Nothing "
+        "was kept",
+        hint="Try again later (the repository may be being updated) or from another network (a "
+             "proxy may be cutting or changing the file); the download then starts afresh. If it "
+             "keeps happening, the repository's file is broken: tell its owner.")
 
 
 def _resolve_url(repo_id: str, path: str, commit: str) -> str:

@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from pocketchat.modelfile.facts import ModelFacts
 
 Progress = Callable[[DownloadProgress], None]
+# What `progress` hears (phase "checking") before a download is asked for.
+HEADER_STEP = "reading its header from the Hub"
+VET_STEP = "checking that this llama.cpp can load it and that it fits this machine"
 # Called with the model and its header's facts (read over HTTP Range) before any byte of the
 # file is fetched; raises to refuse the download (unknown architecture, does not fit).
 Vet = Callable[[ResolvedModel, "ModelFacts"], None]
@@ -47,8 +50,15 @@ def fetch_model(rm: ResolvedModel, *, confirm, progress, options: DownloadOption
     if to_fetch and vet is not None:
         from pocketchat.store.header import remote_facts
 
-        facts = remote_facts(rm, options=options)
+        def checking(message: str, done: int = 0, want: int = 0) -> None:
+            if progress is not None:  # the steps before the question are never silent
+                progress(DownloadProgress(rm.name, rm.primary.path if rm.primary else rm.name,
+                                          "checking", done, want, message=message))
+
+        facts = remote_facts(rm, options=options,
+                             progress=lambda done, want: checking(HEADER_STEP, done, want))
         if facts is not None:
+            checking(VET_STEP)
             vet(rm, facts)
     if to_fetch:
         fetch_total = sum(f.size or 0 for f in to_fetch)

@@ -3,7 +3,8 @@
 The metadata and tensor infos sit at the start of a GGUF. `remote_facts` asks for the first
 MiB, walks it, and asks for more only when the header runs on (a large vocabulary takes a few
 MB), up to `MAX_HEADER_BYTES`. Each read is retried and resumed like a download's body, with
-its stall timeout. What comes back is the same `ModelFacts` a local file gives, so
+its stall timeout; the whole read has `header_timeout_s` (a header that trickles in is
+stopped with the rate it came at) and reports its bytes as they arrive. What comes back is the same `ModelFacts` a local file gives, so
 the plan and the checks before a download use one estimate.
 """
 
@@ -35,12 +36,15 @@ class _Transient(Exception):
 
 
 def read_range(loc: hub.Location, start: int, end: int, options: DownloadOptions | None = None,
-               relocate: Callable[[], hub.Location] | None = None) -> bytes:
+               relocate: Callable[[], hub.Location] | None = None, *,
+               on_bytes: Callable[[int], None] | None = None,
+               deadline: Callable[[], None] | None = None) -> bytes:
     """Bytes [start, end) of the file at `loc` (fewer only at the end of the file).
 
     Retried like the body of a download (`options`: stall timeout, retries, backoff); a
     dropped or stalled connection resumes from the last byte received. `relocate` gives a
-    fresh URL once when a signed one has expired (401/403/404)."""
+    fresh URL once when a signed one has expired (401/403/404). `on_bytes` hears the count
+    received so far as it grows; `deadline` is called as bytes arrive and may raise."""
     import httpx2
     from huggingface_hub.utils import get_session
 
@@ -50,6 +54,8 @@ def read_range(loc: hub.Location, start: int, end: int, options: DownloadOptions
     out = bytearray()
     failures = 0
     while len(out) < want:
+        if deadline is not None:
+            deadline()
         at = start + len(out)
         headers = {**loc.headers, "Accept-Encoding": "identity", "Range": f"bytes={at}-{end - 1}"}
         before = len(out)
@@ -72,8 +78,12 @@ def read_range(loc: hub.Location, start: int, end: int, options: DownloadOptions
                         chunk, skip = chunk[cut:], skip - cut
                     out += chunk[: want - len(out)]
                     failures = 0
+                    if on_bytes is not None:
+                        on_bytes(len(out))
                     if len(out) >= want:
                         break
+                    if deadline is not None:
+                        deadline()
             if len(out) == before:  # a complete answer with nothing new: the end of the file
                 break
         except (_Transient, httpx2.TransportError) as exc:
@@ -84,6 +94,25 @@ def read_range(loc: hub.Location, start: int, end: int, options: DownloadOptions
                                     f"retries ({reason}); nothing was downloaded") from None
             time.sleep(min(options.backoff_s * 2 ** (failures - 1), options.backoff_max_s))
     return bytes(out)
+
+
+def too_slow(rm: ResolvedModel, path: str, size: int, got: int, elapsed: float) -> DownloadError:
+    """The error for a header that trickles in: what arrived, how fast, what the file would take."""
+    rate = got / elapsed if elapsed > 0 else 0.0
+    whole = f"; at that speed the {size / 1e9:.2f} GB file would take {_hours(size / rate)}" if rate else ""
+    return DownloadError(
+        f"reading the header of {path} from {rm.repo_id} took over {elapsed:.0f} s: "
+        f"{got / 1e6:.2f} MB arrived ({rate / 1e3:.1f} kB/s){whole}. Nothing was downloaded",
+        hint="Try again later or from a faster network. The header (a few MB) is read to check the "
+             "model before any download.")
+
+
+def _hours(seconds: float) -> str:
+    if seconds >= 48 * 3600:
+        return f"{seconds / 86400:.0f} days"
+    if seconds >= 3600:
+        return f"{seconds / 3600:.0f} hours"
+    return f"{seconds / 60:.0f} minutes"
 
 
 def _reason(exc: BaseException, options: DownloadOptions) -> str:
@@ -99,10 +128,13 @@ def _reason(exc: BaseException, options: DownloadOptions) -> str:
 
 
 def remote_facts(rm: ResolvedModel, *, min_file_bytes: int = CHECK_MIN_FILE_BYTES,
-                 options: DownloadOptions | None = None) -> ModelFacts | None:
+                 options: DownloadOptions | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> ModelFacts | None:
     """The header facts of a resolved GGUF on the Hub; None for MLX folders, files smaller
     than `min_file_bytes`, or when unknown. `options`: the download's own (stall timeout,
-    retries); CorruptModel when what the server sends is not a GGUF header."""
+    retries, `header_timeout_s` for the whole read: a DownloadError past it); `progress` hears
+    (bytes read, bytes asked for so far) as they arrive; CorruptModel when what the server
+    sends is not a GGUF header."""
     f = rm.primary
     if f is None or not rm.repo_id or not rm.commit or not f.path.lower().endswith(".gguf"):
         return None
@@ -116,12 +148,29 @@ def remote_facts(rm: ResolvedModel, *, min_file_bytes: int = CHECK_MIN_FILE_BYTE
     def relocate() -> hub.Location:
         return hub.locate(rm.repo_id, f.path, rm.commit)
 
+    options = options or DownloadOptions()
+    started = time.monotonic()
     data = b""
     want = FIRST_READ_BYTES
+    got = [0]  # bytes of the header received so far
+
+    def deadline() -> None:
+        elapsed = time.monotonic() - started
+        if elapsed > options.header_timeout_s:
+            raise too_slow(rm, f.path, size, got[0], elapsed)
+
+    def heard(n: int, base: int) -> None:
+        got[0] = base + n
+        if progress is not None:
+            progress(got[0], want)
+
     while True:
         want = min(want, size, MAX_HEADER_BYTES)
+        if progress is not None:
+            progress(len(data), want)
         if want > len(data):
-            data += read_range(loc, len(data), want, options, relocate)
+            data += read_range(loc, len(data), want, options, relocate, deadline=deadline,
+                               on_bytes=lambda n, base=len(data): heard(n, base))
         try:
             info = read_header(data, f.path, size)
             break

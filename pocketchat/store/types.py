@@ -8,7 +8,9 @@ from typing import Literal
 
 from pocketchat.types import Build, Format
 
-Phase = Literal["downloading", "verifying", "waiting", "retrying", "done"]
+# "checking": the steps before a download is asked for (its header read over HTTP, the checks
+# on it); `message` says which, the bytes count the header read.
+Phase = Literal["checking", "downloading", "verifying", "waiting", "retrying", "done"]
 
 
 @dataclass(frozen=True)

@@ -110,6 +110,16 @@ class Faults:
     status: dict[str, tuple[int, str | None]] = field(default_factory=dict)  # repo -> (code, X-Error-Code)
     fail_503: int = 0  # the next N file GETs answer 503
     ignore_range: bool = False  # answer 200 with the whole file to a Range request
+    # path -> the size the listing and HEAD claim, while GET serves the real bytes (a host that
+    # lies about a file's size: a truncated upload, a proxy that cuts files short)
+    listed_size: dict[str, int] = field(default_factory=dict)
+    # path -> a byte where every GET body stops (the connection closed), while the listing, HEAD,
+    # Content-Length and Content-Range all claim the whole file: the host's headers lie
+    cut_at: dict[str, int] = field(default_factory=dict)
+    # a GET body (or a header read's Range answer) trickled: a few bytes every `trickle_s`,
+    # never silent long enough to stall
+    trickle_bytes: int | None = None
+    trickle_s: float = 0.05
 
 
 class HubServer:
@@ -142,6 +152,16 @@ class HubServer:
         repo = Repo(repo_id, commit, hub_files)
         self.repos[repo_id] = repo
         return repo
+
+    def listed(self, hf: HubFile, entry: dict) -> dict:
+        """A listing entry with the size the faults make the host claim."""
+        size = self.faults.listed_size.get(hf.path)
+        if size is None:
+            return entry
+        entry = {**entry, "size": size}
+        if "lfs" in entry:
+            entry["lfs"] = {**entry["lfs"], "size": size}
+        return entry
 
     @property
     def bytes_served(self) -> int:
@@ -291,12 +311,13 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._error(404, "RevisionNotFound", "Revision not found")
             if m["what"] == "tree":
                 prefix = (m["path"] or "").strip("/")
-                entries = [f.entry(tree=True) for p, f in sorted(repo.files.items())
+                entries = [self.hub.listed(f, f.entry(tree=True)) for p, f in sorted(repo.files.items())
                            if not prefix or p.startswith(prefix + "/")]
                 return self._json(entries)
             return self._json({"id": repo.repo_id, "modelId": repo.repo_id, "sha": repo.commit,
                                "private": False, "gated": False, "tags": ["gguf"],
-                               "siblings": [f.entry(tree=False) for _p, f in sorted(repo.files.items())]})
+                               "siblings": [self.hub.listed(f, f.entry(tree=False))
+                                            for _p, f in sorted(repo.files.items())]})
         self._error(404, None, "not found")
 
     def do_POST(self) -> None:
@@ -311,7 +332,8 @@ class _Handler(BaseHTTPRequestHandler):
         if repo is None:
             return
         wanted = form.get("paths", [])
-        self._json([repo.files[p].entry(tree=True) for p in wanted if p in repo.files])
+        self._json([self.hub.listed(repo.files[p], repo.files[p].entry(tree=True))
+                    for p in wanted if p in repo.files])
 
     def _resolve(self, repo_id: str, rev: str, path: str) -> None:
         repo = self._repo(repo_id)
@@ -324,7 +346,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(404, "EntryNotFound", "Entry not found", {"X-Repo-Commit": repo.commit})
         meta = {"X-Repo-Commit": repo.commit, "ETag": f'"{hf.etag}"', "Accept-Ranges": "bytes"}
         if hf.lfs:
-            meta.update({"X-Linked-Etag": f'"{hf.sha256}"', "X-Linked-Size": str(hf.size)})
+            claimed = self.hub.faults.listed_size.get(hf.path, hf.size)
+            meta.update({"X-Linked-Etag": f'"{hf.sha256}"', "X-Linked-Size": str(claimed)})
         if self.hub.cdn_redirect and hf.lfs:
             meta["Location"] = f"http://localhost:{self.hub.port}/cdn/{hf.sha256}"
             return self._send(302, meta)
@@ -365,8 +388,13 @@ class _Handler(BaseHTTPRequestHandler):
         if stall is not None and f.stall_count > 0:
             f.stall_count -= 1
         chunk = 64 * 1024 if (f.rate_bps or drop is not None or stall is not None) else CHUNK
+        if f.trickle_bytes:
+            chunk = f.trickle_bytes
         sent = 0
         t0 = time.monotonic()
+        cut = f.cut_at.get(hf.path)
+        if cut is not None and drop is None:
+            drop = max(cut - start, 0)  # the body stops at that byte of the file, every time
         try:
             for block in hf.blocks(start, end, chunk):
                 if drop is not None and sent + len(block) > drop:
@@ -384,6 +412,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(block)
                 sent += len(block)
                 self.hub._count(len(block))
+                if f.trickle_bytes:
+                    time.sleep(f.trickle_s)
                 if f.rate_bps:
                     ahead = sent / f.rate_bps - (time.monotonic() - t0)
                     if ahead > 0:
