@@ -27,6 +27,50 @@ class GPU:
     bandwidth_gbps: float | None = None
 
 
+ROLES = ("expert", "dense")  # a weight's role in a token: a routed expert (MUL_MAT_ID) or dense
+
+
+@dataclass(frozen=True)
+class KernelRates:
+    """What the kernel probe measured at one thread count: this machine's decode rate, in GB/s
+    of weights, per ggml type name ("Q2_K", "IQ1_M" ...) and role ("expert", "dense"); the
+    seconds a layer of each kind ("recurrent", "attention") spends outside its matrix
+    products; and the rest of a decode step."""
+
+    threads: int
+    rates: tuple[tuple[str, str, float], ...] = ()
+    layer_seconds: tuple[tuple[str, float], ...] = ()
+    step_seconds: float = 0.0
+
+    def rate(self, type_name: str, role: str) -> float | None:
+        """GB/s of that type in that role; the other role's when only it was measured."""
+        same = [r for t, ro, r in self.rates if t == type_name and ro == role]
+        other = [r for t, _, r in self.rates if t == type_name]
+        return (same or other or [None])[0]
+
+
+@dataclass(frozen=True)
+class KernelProfile:
+    """The kernel probe's measurements (`select.kernels`), per thread count, and what they were
+    measured with: the llama.cpp build (measured again when it changes)."""
+
+    at: tuple[KernelRates, ...]
+    build: str = ""
+    seconds: float = 0.0  # how long the probe took
+    measured_at: float = 0.0
+
+    def threads(self) -> tuple[int, ...]:
+        return tuple(sorted(k.threads for k in self.at))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "build": self.build, "seconds": self.seconds, "measured_at": self.measured_at,
+            "threads": {str(k.threads): {
+                "rates": {t: {ro: r for tt, ro, r in k.rates if tt == t} for t in dict.fromkeys(t for t, _, _ in k.rates)},
+                "layer_s": dict(k.layer_seconds), "step_s": k.step_seconds} for k in self.at},
+        }
+
+
 @dataclass(frozen=True)
 class HardwareProfile:
     """What the probe saw, or what a JSON file says a machine has."""
@@ -46,6 +90,11 @@ class HardwareProfile:
     llama_gpu_offload: bool | None = None
     llama_rpc: bool | None = None  # llama.cpp built with its RPC backend (pooling, --rpc)
     notes: tuple[str, ...] = ()
+    # The kernel probe's rates (None: not measured, e.g. no llama.cpp, or a replayed machine
+    # without them): speed estimates then come from the bandwidth alone.
+    kernels: KernelProfile | None = None
+    # Cores' worth of CPU other processes used when the probe looked (None: not looked).
+    cpu_busy_cores: float | None = None
 
     @property
     def apple_silicon(self) -> bool:
@@ -57,6 +106,7 @@ class HardwareProfile:
         data["gpus"] = [asdict(g) for g in self.gpus]
         data["backends"] = list(self.backends)
         data["notes"] = list(self.notes)
+        data["kernels"] = self.kernels.to_json() if self.kernels is not None else None
         return data
 
 

@@ -83,4 +83,4 @@ def test_the_bandwidth_footer_says_default_when_nothing_was_measured(tmp_path, c
     assert "the default 20 GB/s memory bandwidth (not measured)" in out and "measured bandwidth" not in out
     path.write_text(json.dumps({**data, "memory_bandwidth_gbps": 55.5}))
     cli.main(["--recommend", "--hardware", str(path)])
-    assert "55.5 GB/s memory bandwidth)" in capsys.readouterr().out
+    assert "55.5 GB/s memory bandwidth; kernel speeds not measured)" in capsys.readouterr().out

@@ -240,3 +240,102 @@ def test_a_build_on_disk_that_no_longer_fits_is_named():
     rec = recommend("linux-32gb-busy-ram", downloaded={"POCKET-35B-IQ1_M"})
     assert rec.recommended.build.id == "POCKET-EN-PC-mix"
     assert "On disk, POCKET-35B-IQ1_M does not fit the memory free now" in rec.recommended.reason
+
+
+# -- this machine's kernels (select/kernels.py): two 2-core machines with scripted kernel rates --
+# compute-bound: its kernels (measured on a 2-core Xeon with AMX) decode IQ1_M at 3 GB/s and
+# Q2_K at 9-10, less than its 28.5 GB/s copy bandwidth feeds; bandwidth-bound: the same rates
+# x4, so its memory (31 GB/s) is what limits every build.
+KERNEL_MACHINES = ("linux-2core-compute-bound", "linux-2core-bandwidth-bound")
+
+
+def _speeds(machine: str) -> dict[str, tuple[float, str]]:
+    rec = recommend(machine)
+    return {c.build.quant: (c.estimated_decode_tok_s, c.reason) for c in rec.candidates
+            if c.build.id.startswith("POCKET-35B-") and c.fits}
+
+
+def test_compute_bound_machine_ranks_the_smallest_file_slowest():
+    """Where the kernels are the limit, IQ1_M's (more work per byte) make the smallest file the
+    slowest: Q2_K > Q3_K_M > IQ1_M, as measured on such a machine (5.5, 4.8, 4.1 tok/s)."""
+    s = _speeds("linux-2core-compute-bound")
+    assert s["Q2_K"][0] > s["Q3_K_M"][0] > s["IQ1_M"][0]
+    for quant in ("IQ1_M", "Q2_K", "Q3_K_M"):
+        assert "compute-bound here: 2 threads" in s[quant][1]
+
+
+def test_bandwidth_bound_machine_ranks_by_bytes_read():
+    """Where memory is the limit, the order flips back to the bytes a token reads: IQ1_M first."""
+    s = _speeds("linux-2core-bandwidth-bound")
+    assert s["IQ1_M"][0] > s["Q2_K"][0] > s["Q3_K_M"][0]
+    for quant in ("IQ1_M", "Q2_K", "Q3_K_M"):
+        assert "bandwidth-bound here: 31 GB/s" in s[quant][1]
+
+
+def test_the_same_machine_without_kernels_estimates_from_bandwidth_alone():
+    """No kernel rates (a replayed profile without them, or nothing measurable): the estimate is
+    the bandwidth's, labelled as before, no bound named."""
+    import json
+
+    from pocketchat.select.profile import profile_from_json
+
+    data = json.loads((PROFILES / "linux-2core-compute-bound.json").read_text())
+    del data["kernels"]
+    rec = fit.plan(profile_from_json(data), catalog.builds())
+    q2 = next(c for c in rec.candidates if c.build.id == "POCKET-35B-Q2_K")
+    assert q2.speed_source == "estimate" and "-bound here" not in q2.reason
+    with_kernels = next(c for c in recommend("linux-2core-compute-bound").candidates if c.build.id == q2.build.id)
+    assert with_kernels.estimated_decode_tok_s < q2.estimated_decode_tok_s  # the kernels are the limit
+
+
+@pytest.mark.parametrize("machine", KERNEL_MACHINES)
+def test_recommend_says_which_bound_applies(machine):
+    from pocketchat.select.report import format_profile, format_recommendation
+
+    rec = recommend(machine)
+    text = format_recommendation(rec)
+    word = "compute-bound here: 2 threads" if "compute" in machine else "bandwidth-bound here: 31 GB/s"
+    assert word in text and "this machine's kernel speeds" in text
+    shown = format_profile(rec.hardware)
+    assert "Kernels:" in shown and "2 threads: Q2_K" in shown and "1 thread: Q2_K" in shown
+
+
+def test_threads_per_build_from_the_kernels():
+    """An 8-core machine whose memory feeds 4 cores: a bandwidth-bound build does not take
+    every core; with slow kernels (compute-bound) every core pays and is taken."""
+    import json
+
+    from pocketchat.select.profile import profile_from_json
+
+    data = json.loads((PROFILES / "linux-2core-bandwidth-bound.json").read_text())
+    data.update(cpu_physical_cores=8, cpu_logical_cores=8, memory_bandwidth_gbps=64.0)
+    data["kernels"]["threads"] = {"8": data["kernels"]["threads"]["2"]}  # as measured at 8
+    fast = fit.plan(profile_from_json(data), catalog.builds())
+    q2 = next(c for c in fast.candidates if c.build.id == "POCKET-35B-Q2_K")
+    assert 4 <= q2.plan.n_threads < 8 and "bandwidth-bound" in q2.reason
+    slow = json.loads((PROFILES / "linux-2core-compute-bound.json").read_text())
+    slow.update(cpu_physical_cores=8, cpu_logical_cores=8, memory_bandwidth_gbps=64.0)
+    slow["kernels"]["threads"] = {"8": slow["kernels"]["threads"]["2"]}
+    q2 = next(c for c in fit.plan(profile_from_json(slow), catalog.builds()).candidates
+              if c.build.id == "POCKET-35B-Q2_K")
+    assert q2.plan.n_threads == 8 and "compute-bound here: 8 threads" in q2.reason
+    assert fit.plan(profile_from_json(data), catalog.builds(), threads=8).recommended.plan.n_threads == 8
+
+
+def test_a_busy_machine_starts_with_the_free_cores():
+    """#34: the plan's starting threads leave out the cores other programs keep busy when the
+    model loads (ggml's threads wait for the slowest at every operation); --threads wins."""
+    import json
+
+    from pocketchat.select import defaults
+    from pocketchat.select.profile import profile_from_json
+
+    data = json.loads((PROFILES / "linux-2core-compute-bound.json").read_text())
+    for busy, want in ((None, 2), (0.3, 2), (0.6, 1), (1.0, 1), (2.0, 1)):
+        profile = profile_from_json({**data, "cpu_busy_cores": busy})
+        assert defaults.threads(profile) == want
+        assert fit.plan(profile, catalog.builds()).recommended.plan.n_threads == want
+    busy = profile_from_json({**data, "cpu_busy_cores": 1.0})
+    assert fit.plan(busy, catalog.builds(), threads=2).recommended.plan.n_threads == 2
+    eight = profile_from_json({**data, "cpu_physical_cores": 8, "cpu_logical_cores": 16, "cpu_busy_cores": 2.6})
+    assert defaults.threads(eight) == 5

@@ -94,3 +94,65 @@ def test_a_starter_bench_does_not_calibrate_pocket_and_forget_clears_it():
     r = run("bench", "--forget", "--model", "starter")
     assert r.returncode == 0 and "Forgot 1 measured speed" in r.stdout, r.stdout + r.stderr
     assert measured.load(settings().cache_dir) == []
+
+
+def _between_machine():
+    """A 2-core machine whose kernels (twice the compute-bound profile's) outrun its memory for
+    Q2_K and Q3_K_M but not for IQ1_M: bandwidth-bound and compute-bound builds side by side."""
+    from pocketchat.select.profile import profile_from_json
+
+    data = json.loads((PROFILES / "linux-2core-compute-bound.json").read_text())
+    for entry in data["kernels"]["threads"].values():
+        entry["rates"] = {t: {r: v * 2 for r, v in roles.items()} for t, roles in entry["rates"].items()}
+    return profile_from_json(data)
+
+
+def _record(profile, build_id: str, ratio: float) -> SpeedRecord:
+    """A bench run of `build_id` that measured `ratio` times its estimate, with the estimate's parts."""
+    build = _pocket(build_id)
+    e = fit.estimate_speed(build, profile, "cpu", 2)
+    arch, read = measured.kind_of(build)
+    return SpeedRecord(build_id, "cpu", e.tok_s * ratio, e.tok_s, measured.machine_key(profile), n_threads=2,
+                       arch=arch, read_bytes=read, memory_s=e.memory_s, compute_s=e.compute_s,
+                       overhead_s=e.overhead_s)
+
+
+def test_calibration_corrects_the_bound_a_run_hit_not_every_build_alike():
+    """A bandwidth-bound Q2_K run 20% slower than estimated says the memory is slower than
+    thought: the other bandwidth-bound build (Q3_K_M) slows down with it, the compute-bound
+    IQ1_M (its kernels, not its bytes, are the limit) hardly moves; one common factor would
+    have cut IQ1_M by 20% too. And the other way round."""
+    profile = _between_machine()
+    plain = {q: fit.estimate_speed(_pocket(f"POCKET-35B-{q}"), profile, "cpu", 2) for q in ("IQ1_M", "Q2_K", "Q3_K_M")}
+    assert plain["Q2_K"].bound == plain["Q3_K_M"].bound == "bandwidth" and plain["IQ1_M"].bound == "compute"
+    key = measured.machine_key(profile)
+
+    def calibrated(records, quant):
+        build = _pocket(f"POCKET-35B-{quant}")
+        return Calibration.of(records, key).speed(build, "cpu", plain[quant])
+
+    slow_memory = [_record(profile, "POCKET-35B-Q2_K", 0.8)]
+    q3, label = calibrated(slow_memory, "Q3_K_M")
+    assert q3 == pytest.approx(plain["Q3_K_M"].tok_s * 0.8, rel=0.05) and label.startswith("estimate, calibrated")
+    iq1, _ = calibrated(slow_memory, "IQ1_M")
+    assert iq1 > plain["IQ1_M"].tok_s * 0.95
+    slow_kernels = [_record(profile, "POCKET-35B-IQ1_M", 0.8)]
+    assert calibrated(slow_kernels, "Q2_K")[0] == pytest.approx(plain["Q2_K"].tok_s)
+    assert calibrated(slow_kernels, "Q3_K_M")[0] == pytest.approx(plain["Q3_K_M"].tok_s)
+    # the whole ranking, through fit.plan: IQ1_M's estimate is no longer cut by Q2_K's run
+    ranked = fit.plan(profile, catalog.builds(), speeds=Calibration.of(slow_memory, key))
+    by_id = {c.build.quant: c.estimated_decode_tok_s for c in ranked.candidates}
+    assert by_id["Q2_K"] == pytest.approx(slow_memory[0].measured_tok_s)
+    assert by_id["IQ1_M"] > plain["IQ1_M"].tok_s * 0.95
+
+
+def test_a_record_without_the_estimates_parts_scales_by_one_factor():
+    """Records written before the parts were kept (or with no kernels measured) still calibrate,
+    by their median factor, as before."""
+    profile = _between_machine()
+    key = measured.machine_key(profile)
+    old = _record(profile, "POCKET-35B-Q2_K", 0.8)
+    old = SpeedRecord(**{**old.__dict__, "memory_s": 0.0, "compute_s": 0.0, "overhead_s": 0.0})
+    iq1 = fit.estimate_speed(_pocket("POCKET-35B-IQ1_M"), profile, "cpu", 2)
+    speed, _ = Calibration.of([old], key).speed(_pocket("POCKET-35B-IQ1_M"), "cpu", iq1)
+    assert speed == pytest.approx(iq1.tok_s * 0.8)

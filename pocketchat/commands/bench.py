@@ -275,14 +275,13 @@ def record_speed(choice, sel, tok_s: float) -> None:
             return
         build = est.build_from_facts(facts, choice.label)  # recorded as shown
     profile = sel.profile()
-    estimate = est.decode_tok_s(build, plan.placement, cpu_bandwidth_gbps=profile.memory_bandwidth_gbps,
-                                threads=plan.n_threads, gpu=fit.main_gpu(profile),
-                                n_cpu_moe=plan.n_cpu_moe or None, arch=profile.arch)
+    estimate = fit.estimate_speed(build, profile, plan.placement, plan.n_threads, plan.n_cpu_moe)
     arch, read_bytes = measured.kind_of(build)
     measured.save(settings().cache_dir, measured.SpeedRecord(
         model=build.id, placement=plan.placement, measured_tok_s=round(tok_s, 2),
-        estimated_tok_s=round(estimate, 2), machine=measured.machine_key(profile),
-        n_threads=plan.n_threads, arch=arch, read_bytes=read_bytes))
+        estimated_tok_s=round(estimate.tok_s, 2), machine=measured.machine_key(profile),
+        n_threads=plan.n_threads, arch=arch, read_bytes=read_bytes, memory_s=estimate.memory_s,
+        compute_s=estimate.compute_s, overhead_s=estimate.overhead_s))
 
 
 def _table(name: str, size: int | None, runs) -> str:

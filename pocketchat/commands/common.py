@@ -43,7 +43,7 @@ def recommend(sel: Selection, profile: HardwareProfile | None = None) -> Recomme
     """Rank the catalog for this machine (or the replayed one), knowing what is on disk."""
     from pocketchat.select import catalog, fit
 
-    profile = profile or sel.profile()
+    profile = profile or sel.profile(kernels=True)
     downloaded: set[str] = set()
     speeds = None
     if sel.hardware is None:  # this machine: what is on disk, what `pocketchat bench` measured
@@ -162,7 +162,9 @@ def _choose(sel: Selection, *, confirm=None, progress=None) -> ModelChoice:
         helpers = helpers_for(sel)
     if spec is not None and progress is not None and not sel.offline:
         _say_probe(spec, progress)
-    budget = Budget(sel.profile(), helpers)
+    # Ranking builds, or planning a catalog build's threads, needs this machine's kernel speeds
+    # (measured once, cached); a given file's plan uses them only when already measured.
+    budget = Budget(sel.profile(kernels=spec is None or spec.build is not None), helpers)
     if spec is None:
         return _recommended(sel, budget, confirm=confirm, progress=progress)
     if spec.build is not None:

@@ -18,7 +18,7 @@ def run(args: argparse.Namespace) -> int:
     from pocketchat.select import report
 
     sel = Selection.from_args(args)
-    profile = sel.profile()
+    profile = sel.profile(kernels=True)
     if args.probe and not args.recommend:
         print(json.dumps(profile.to_json(), indent=2) if args.json else visible(report.format_profile(profile)))
         return 0

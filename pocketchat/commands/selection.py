@@ -65,15 +65,49 @@ class Selection:
     def with_model(self, model: str) -> "Selection":
         return replace(self, model=model)
 
-    def profile(self) -> HardwareProfile:
-        """The replayed machine (--hardware FILE) or a fresh probe of this one."""
+    def profile(self, *, kernels: bool = False) -> HardwareProfile:
+        """The replayed machine (--hardware FILE) or a fresh probe of this one. `kernels`: the
+        choice needs speed estimates, so the kernel probe runs when this machine and llama.cpp
+        build have no cached measurement (a few seconds, once; a line on a terminal's stderr)."""
         if self.hardware is not None:
             from pocketchat.select.profile import load_profile
 
             return load_profile(self.hardware)
         from pocketchat.select.probe import detect
 
-        return detect()
+        line = _ProbeLine()
+        try:
+            return detect(measure_kernels=kernels, progress=line.show)
+        finally:
+            line.clear()
+
+
+class _ProbeLine:
+    """The kernel probe's progress: one line on stderr, rewritten, wiped at the end; only on a
+    terminal (a pipe or a file gets nothing)."""
+
+    def __init__(self) -> None:
+        import sys
+
+        self.stream = sys.stderr
+        try:
+            self.tty = bool(self.stream.isatty())
+        except (ValueError, OSError, AttributeError):
+            self.tty = False
+        self.width = 0
+
+    def show(self, done: int, total: int, what: str) -> None:
+        if not self.tty:
+            return
+        text = f"Measuring this machine's kernels (once): {done}/{total} {what}"
+        self.stream.write("\r" + text.ljust(self.width))
+        self.stream.flush()
+        self.width = len(text)
+
+    def clear(self) -> None:
+        if self.tty and self.width:
+            self.stream.write("\r" + " " * self.width + "\r")
+            self.stream.flush()
 
 
 def add_selection_args(p: argparse.ArgumentParser, *, model: bool = True) -> None:

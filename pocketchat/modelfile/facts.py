@@ -57,6 +57,10 @@ class ModelFacts:
     # multiple of 8 (what llama.cpp's CPU backend may repack; select/repack.py says which types)
     weight_type_bytes: tuple[tuple[int, int], ...] = ()
     embedding_bytes: int = 0  # token embeddings beside an output matrix: one row read per token
+    # (ggml type, role, bytes) of the weights one generated token reads: "expert" for the
+    # routed experts (the used share of them), "dense" for the other matrices (select/kernels.py
+    # prices each at this machine's measured rate)
+    active_type_bytes: tuple[tuple[int, str, int], ...] = ()
 
     @property
     def expert_bytes(self) -> int:
@@ -218,6 +222,7 @@ def facts_of(info: GGUFInfo) -> ModelFacts:
         merge_count=info.merge_count,
         weight_type_bytes=tuple(sorted(by_type.items())),
         embedding_bytes=embedding,
+        active_type_bytes=_active_types(info),
     )
 
 
@@ -233,3 +238,20 @@ def _weight_types(info: GGUFInfo) -> tuple[int, dict[int, int]]:
         elif t.shape[1] % 8 == 0:
             by_type[t.type] = by_type.get(t.type, 0) + t.nbytes
     return embedding, by_type
+
+
+def _active_types(info: GGUFInfo) -> tuple[tuple[int, str, int], ...]:
+    """(type, role, bytes) of the matrices one generated token reads (the token embeddings,
+    a row lookup, left out unless they are also the output matrix)."""
+    tied = not any(t.name == "output.weight" for t in info.tensors)
+    count, used = info.expert_count, info.expert_used_count
+    out: dict[tuple[int, str], int] = {}
+    for t in info.tensors:
+        if len(t.shape) < 2 or not t.name.endswith(".weight") or (t.name == "token_embd.weight" and not tied):
+            continue
+        if EXPERT_TENSOR.search(t.name) and count > 0:
+            key, nbytes = (t.type, "expert"), t.nbytes * min(max(used, 1), count) // count
+        else:
+            key, nbytes = (t.type, "dense"), t.nbytes
+        out[key] = out.get(key, 0) + nbytes
+    return tuple((t, role, b) for (t, role), b in sorted(out.items()))

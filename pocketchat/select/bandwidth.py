@@ -12,6 +12,7 @@ BUFFER_BYTES = 128 * MiB
 MIN_PART_BYTES = 32 * MiB  # each thread's part: well past any cache
 ROUNDS = 12  # best of: a copy by several threads needs the other cores quiet for a moment
 MAX_THREADS = 8
+BUSY_SHARE = 0.5  # other programs using this much of a core make a copy slower than the machine
 
 
 def copy_threads(physical_cores: int) -> int:
@@ -57,9 +58,10 @@ def measure_gbps(buffer_bytes: int = BUFFER_BYTES, rounds: int = ROUNDS, threads
     return 2 * part * 8 * threads / best / 1e9
 
 
-def cached_bandwidth(cpu_name: str, ram_total: int, notes: list[str], physical_cores: int = 1
-                     ) -> float | None:
-    """The measured figure for this machine, measuring once and caching it on disk."""
+def cached_bandwidth(cpu_name: str, ram_total: int, notes: list[str], physical_cores: int = 1,
+                     *, busy: float | None = None) -> float | None:
+    """The measured figure for this machine, measuring once and caching it on disk; not
+    cached when other programs kept a core busy (`busy`, cores' worth): measured again next time."""
     from pocketchat.paths import settings
 
     path = settings().bandwidth_cache
@@ -76,6 +78,8 @@ def cached_bandwidth(cpu_name: str, ram_total: int, notes: list[str], physical_c
     except Exception as exc:  # numpy missing or out of memory: estimate without it
         notes.append(f"memory bandwidth not measured ({exc}); speed estimates use a default")
         return None
+    if busy is not None and busy >= BUSY_SHARE:
+        return gbps
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Callable, Literal
 
 from pocketchat.types import HardwareProfile, Sampling
 
 MAX_THREADS = 32
+BUSY_SHARE = 0.5  # a core other programs use this much of is taken
+SAME_SPEED = 0.02  # estimates this close are the same speed
 
 ModelKind = Literal["pocket", "starter", "file"]
 # POCKET (a Qwen3.5-style thinking model): the dataclass's own defaults.
@@ -23,9 +25,33 @@ def cpu_threads(physical: int, logical: int = 0) -> int:
     return max(1, min(physical or logical or 1, MAX_THREADS))
 
 
+def busy_cores(profile: HardwareProfile) -> int:
+    """Cores other programs keep busy (`cpu_busy_cores`, what the probe saw): each counted
+    once they use half of it or more, since llama.cpp's threads wait at every operation for
+    the slowest one, and a thread that shares its core is slow."""
+    return busy_cores_of(profile.cpu_busy_cores)
+
+
+def busy_cores_of(busy: float | None) -> int:
+    """`busy` cores' worth of CPU as whole cores taken (half a core or more counts as one)."""
+    return int(busy + BUSY_SHARE) if busy else 0
+
+
 def threads(profile: HardwareProfile, requested: int | None = None) -> int:
-    """The threads a plan on this machine uses: `requested` (--threads) or the default."""
-    return requested or cpu_threads(profile.cpu_physical_cores, profile.cpu_logical_cores)
+    """The threads a plan on this machine uses: `requested` (--threads), else the physical
+    cores (at most 32) less those other programs keep busy, at least 1."""
+    if requested:
+        return requested
+    cores = cpu_threads(profile.cpu_physical_cores, profile.cpu_logical_cores)
+    return max(cores - busy_cores(profile), 1)
+
+
+def best_threads(most: int, speed: Callable[[int], float]) -> int:
+    """The thread count up to `most` with the highest `speed(n)` (an estimate); a smaller count
+    within `SAME_SPEED` of the best wins (the cores it leaves free cost nothing)."""
+    speeds = {n: speed(n) for n in range(1, max(most, 1) + 1)}
+    top = max(speeds.values())
+    return min(n for n, v in speeds.items() if v >= top * (1 - SAME_SPEED))
 
 
 def sampling(kind: ModelKind) -> Sampling:

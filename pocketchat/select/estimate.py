@@ -16,9 +16,10 @@ from pocketchat.modelfile.facts import ModelFacts
 from pocketchat.select.catalog import bytes_per_token, expert_bytes
 from typing import Sequence
 
+from pocketchat.select import kernels as kern
 from pocketchat.select.budget import Link
 from pocketchat.select.repack import pocket_type_bytes, repacked_bytes
-from pocketchat.types import GPU, MAX_CHECKPOINTS, MiB, Build, Helper, checkpoint_bytes
+from pocketchat.types import GPU, MAX_CHECKPOINTS, Build, Helper, KernelProfile, MiB, checkpoint_bytes
 
 # KV cache at F16: only the 10 full-attention layers hold one:
 # 10 layers x 2 KV heads x 256 head dim x 2 (K and V) x 2 bytes.
@@ -51,7 +52,10 @@ POCKET_LAYERS = 40
 POCKET_VOCAB = 248_320
 POCKET_EMBD = 2048
 
-# Speed calibration. CPU decoding is bandwidth-bound: the published CPU figures (Xeon IQ1_M
+# Speed. On the CPU a token takes the larger of its bytes over the bandwidth below and its
+# bytes at this machine's measured kernel rates (select/kernels.py, when the probe measured
+# them), plus its layers' time outside the products: `cpu_speed`. The bandwidth side: on many
+# machines CPU decoding is bandwidth-bound: the published CPU figures (Xeon IQ1_M
 # 27 tok/s, AMD mini-PC Q2_K 20 tok/s, M3 Pro CPU Q2_K 19.5 tok/s) all read about 20 GB/s of
 # weights, roughly half a measured copy bandwidth (the probe copies with the machine's cores
 # together, `bandwidth.measure_gbps`: on the 2-core dev machine 31 GB/s, where two threads
@@ -275,11 +279,66 @@ def cpu_gbps(bandwidth_gbps: float | None, threads: int, arch: str | None = None
 
 
 def read_per_token(build: Build) -> float:
-    """Bytes of weights one generated token reads: the header's active bytes, else the catalog's."""
-    return build.facts.active_bytes if build.facts is not None else bytes_per_token(build)
+    """Bytes of weights one generated token reads: the header's active bytes; for a catalog
+    build of a known quant, its tensor table's (`kernels.POCKET_TOKEN_BYTES`: the output and
+    attention weights are of more bits than the experts, so a token reads 1.47 GB of the Q2_K
+    build, not its size's share of active parameters, 1.12); else that share."""
+    if build.facts is not None:
+        return build.facts.active_bytes
+    table = kern.pocket_token_bytes(build)
+    return sum(table.values()) if table else bytes_per_token(build)
 
 
-def decode_tok_s(
+@dataclass(frozen=True)
+class SpeedEstimate:
+    """A decode speed estimate and what it is made of (seconds per token)."""
+
+    tok_s: float
+    memory_s: float = 0.0  # the weights a token reads over the memory bandwidth
+    compute_s: float = 0.0  # the same weights at this machine's measured kernel rates (0: none)
+    overhead_s: float = 0.0  # outside the products: the layers' other operations, the step
+    threads: int = 0
+
+    @property
+    def bound(self) -> str:
+        """"compute" or "bandwidth" when the kernels were measured; "" when not."""
+        if self.compute_s <= 0:
+            return ""
+        return "compute" if self.compute_s > self.memory_s else "bandwidth"
+
+    def why(self, bandwidth_gbps: float | None) -> str:
+        """Which bound applies here, in words ("compute-bound here: 2 threads")."""
+        if self.bound == "compute":
+            n = self.threads
+            return f"compute-bound here: {n} thread{'s' if n != 1 else ''}"
+        if self.bound == "bandwidth":
+            return (f"bandwidth-bound here: {bandwidth_gbps:.0f} GB/s" if bandwidth_gbps
+                    else "bandwidth-bound here")
+        return ""
+
+    def with_parts(self, memory_s: float, compute_s: float, overhead_s: float) -> "SpeedEstimate":
+        """The same threads with other parts (calibration): a token takes the larger of memory
+        and compute, plus the overhead."""
+        seconds = max(memory_s, compute_s) + overhead_s
+        return SpeedEstimate(1.0 / seconds if seconds > 0 else self.tok_s, memory_s, compute_s,
+                             overhead_s, self.threads)
+
+
+def cpu_speed(build: Build, *, cpu_bandwidth_gbps: float | None, threads: int, arch: str | None = None,
+              kernels: KernelProfile | None = None) -> SpeedEstimate:
+    """Decoding on the CPU: the larger of the bytes over the bandwidth and the bytes at this
+    machine's kernel rates (`kernels`, the probe's), plus what a token does outside its products.
+    Without kernel rates for this build's types, the bandwidth alone."""
+    memory = read_per_token(build) / (cpu_gbps(cpu_bandwidth_gbps, threads, arch) * 1e9)
+    rates = kern.rates_at(kernels, threads)
+    compute = kern.compute_seconds(build, rates)
+    if compute is None:
+        return SpeedEstimate(1.0 / memory, memory, 0.0, 0.0, threads)
+    overhead = kern.overhead_seconds(build, rates)
+    return SpeedEstimate(1.0 / (max(memory, compute) + overhead), memory, compute, overhead, threads)
+
+
+def decode_speed(
     build: Build,
     placement: str,
     *,
@@ -288,23 +347,26 @@ def decode_tok_s(
     gpu: GPU | None = None,
     n_cpu_moe: int | None = None,
     arch: str | None = None,
-) -> float:
-    """Estimated generation speed in tokens per second.
+    kernels: KernelProfile | None = None,
+) -> SpeedEstimate:
+    """Estimated generation speed and its parts.
 
-    With `gpu+cpu-experts`, the active experts of the first `n_cpu_moe` layers (None: all) are
-    read from RAM by the CPU, everything else from VRAM. `arch`: the machine's CPU architecture.
+    On the CPU: `cpu_speed` (with this machine's kernels when measured). With `gpu+cpu-experts`,
+    the active experts of the first `n_cpu_moe` layers (None: all) are read from RAM by the CPU,
+    everything else from VRAM. `arch`: the machine's CPU architecture.
     """
+    if placement == "cpu" or gpu is None:
+        return cpu_speed(build, cpu_bandwidth_gbps=cpu_bandwidth_gbps, threads=threads, arch=arch,
+                         kernels=kernels)
     facts = build.facts
     per_token = read_per_token(build)
     cpu_rate = cpu_gbps(cpu_bandwidth_gbps, threads, arch) * 1e9
-    if placement == "cpu" or gpu is None:
-        return cpu_rate / per_token
     apple = gpu.vendor == "apple"
     eff = APPLE_EFFICIENCY if apple else GPU_EFFICIENCY
     overhead = APPLE_OVERHEAD_S if apple else GPU_OVERHEAD_S
     gpu_rate = gpu_bandwidth_gbps(gpu) * 1e9 * eff
     if placement == "gpu":
-        return 1.0 / (per_token / gpu_rate + overhead)
+        return SpeedEstimate(1.0 / (per_token / gpu_rate + overhead), threads=threads)
     # gpu+cpu-experts: active expert bytes of the layers in RAM come from RAM, the rest from VRAM.
     if facts is not None and facts.is_moe:
         layers = facts.expert_layers
@@ -317,7 +379,15 @@ def decode_tok_s(
         active_experts = min(expert_bytes(build) * ACTIVE_EXPERTS / max(build.n_experts, 1) * share,
                              per_token)
     shared = per_token - active_experts
-    return 1.0 / (active_experts / cpu_rate + shared / gpu_rate + overhead)
+    return SpeedEstimate(1.0 / (active_experts / cpu_rate + shared / gpu_rate + overhead), threads=threads)
+
+
+def decode_tok_s(build: Build, placement: str, *, cpu_bandwidth_gbps: float | None, threads: int,
+                 gpu: GPU | None = None, n_cpu_moe: int | None = None, arch: str | None = None,
+                 kernels: KernelProfile | None = None) -> float:
+    """Estimated generation speed in tokens per second (`decode_speed`'s figure)."""
+    return decode_speed(build, placement, cpu_bandwidth_gbps=cpu_bandwidth_gbps, threads=threads, gpu=gpu,
+                        n_cpu_moe=n_cpu_moe, arch=arch, kernels=kernels).tok_s
 
 
 def pooled_tok_s(build: Build, cpu_bandwidth_gbps: float | None, helpers: Sequence[Helper],

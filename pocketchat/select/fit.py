@@ -27,8 +27,8 @@ from pocketchat.types import (MAX_PROMPT_CACHE_BYTES, PROMPT_CACHE_SHARE, Build,
 __all__ = [
     "CTX_STEPS", "DEFAULT_CTX", "MIN_CTX", "SMALLEST_CTX", "Budget", "Choice", "Fit", "check_request",
     "choose", "choose_ctx", "choose_fit", "context_steps", "cpu_budget", "default_threads",
-    "eligibility", "gpu_budget", "judge", "main_gpu", "make_plan", "placements", "plan",
-    "plan_for_file", "prompt_cache_budget", "ram_reserve", "rank",
+    "eligibility", "estimate_speed", "gpu_budget", "judge", "main_gpu", "make_plan", "placements", "plan",
+    "plan_for_file", "plan_threads", "prompt_cache_budget", "ram_reserve", "rank",
 ]
 
 LANGS = ("en", "ko")
@@ -105,10 +105,11 @@ def prompt_cache_budget(budget: Budget, fit: Fit) -> int:
 def make_plan(build: Build, fit: Fit, step: Step | int, budget: Budget | HardwareProfile,
               sampling: Sampling | None = None, threads: int | None = None,
               notes: tuple[str, ...] = ()) -> LoadPlan:
-    """The load plan for a placement at a step of the ladder (pooled: the helpers' layers too)."""
+    """The load plan for a placement at a step of the ladder (pooled: the helpers' layers too);
+    `threads`: --threads, else the count `plan_threads` picks for this build."""
     budget = Budget.of(budget)
     step = step if isinstance(step, Step) else Step(step)
-    n = defaults.threads(budget.machine, threads)
+    n = plan_threads(build, fit, budget, threads)
     plan = LoadPlan(
         backend=build.backend,
         placement=fit.placement,  # type: ignore[arg-type]
@@ -159,17 +160,40 @@ def eligibility(build: Build, budget: Budget | HardwareProfile, lang: str, backe
     return None
 
 
+def estimate_speed(build: Build, profile: HardwareProfile, placement: str, threads: int,
+                   n_cpu_moe: int | None = None) -> est.SpeedEstimate:
+    """The uncalibrated speed estimate of a build placed so on this machine, with its parts."""
+    return est.decode_speed(build, placement, cpu_bandwidth_gbps=profile.memory_bandwidth_gbps,
+                            threads=threads, gpu=main_gpu(profile), n_cpu_moe=n_cpu_moe or None,
+                            arch=profile.arch, kernels=profile.kernels)
+
+
+def plan_threads(build: Build, fit: Fit, budget: Budget | HardwareProfile, requested: int | None = None) -> int:
+    """The threads a plan uses: --threads; else, on the CPU with the kernels measured, the
+    count up to the free cores (`defaults.threads`) this build is estimated fastest at
+    (a bandwidth-bound build may not need them all); else the free cores."""
+    budget = Budget.of(budget)
+    profile = budget.machine
+    most = defaults.threads(profile, requested)
+    if requested or fit.split is not None or fit.placement != "cpu" or profile.kernels is None:
+        return most
+    return defaults.best_threads(most, lambda n: estimate_speed(build, profile, "cpu", n).tok_s)
+
+
 def _speed(build: Build, budget: Budget, fit: Fit, threads: int,
-           speeds: Calibration | None) -> tuple[float, str]:
-    """Estimated decode speed of a placement, and its label (measured, calibrated, estimate)."""
+           speeds: Calibration | None) -> tuple[float, str, str]:
+    """Estimated decode speed of a placement, its label (measured, calibrated, estimate), and
+    which bound applies here ("compute-bound here: 2 threads"; "" when not known)."""
     profile = budget.machine
     if fit.split is not None:  # the link model prices the pool; bench records speak of one machine
         return est.pooled_tok_s(build, profile.memory_bandwidth_gbps, budget.helpers, fit.split.layers,
-                                threads=threads, link=budget.link), "estimate"
-    speed = est.decode_tok_s(build, fit.placement, cpu_bandwidth_gbps=profile.memory_bandwidth_gbps,
-                             threads=threads, gpu=main_gpu(profile), n_cpu_moe=fit.n_cpu_moe or None,
-                             arch=profile.arch)
-    return speeds.speed(build, fit.placement, speed) if speeds is not None else (speed, "estimate")
+                                threads=threads, link=budget.link), "estimate", ""
+    speed = estimate_speed(build, profile, fit.placement, threads, fit.n_cpu_moe)
+    why = speed.why(profile.memory_bandwidth_gbps)
+    if speeds is None:
+        return speed.tok_s, "estimate", why
+    figure, label = speeds.speed(build, fit.placement, speed)
+    return figure, label, why
 
 
 def judge(build: Build, budget: Budget | HardwareProfile, *, lang: str = "en", n_ctx: int | None = None,
@@ -194,13 +218,13 @@ def judge(build: Build, budget: Budget | HardwareProfile, *, lang: str = "en", n
         and profile.disk_free_bytes is not None
         and build.size_bytes + DISK_MARGIN_BYTES > profile.disk_free_bytes
     )
-    n_threads = defaults.threads(profile, threads)
     lost = gave_up(c.step, c.top, recurrent=est.memory_need(build, c.step.n_ctx).state > 0) if fit else ()
     plan = None
     if fit is not None:
         notes = tuple(n for n in (c.note, _gave_up_note(lost)) if n)
         plan = make_plan(build, fit, c.step, budget, sampling=sampling, threads=threads, notes=notes)
-    speed, label = _speed(build, budget, fit, n_threads, speeds) if fit else (None, "estimate")
+    n_threads = plan.n_threads if plan is not None else defaults.threads(profile, threads)
+    speed, label, bound = _speed(build, budget, fit, n_threads, speeds) if fit else (None, "estimate", "")
     fits = fit is not None and not disk_short
     if fit is None:
         best = c.tried[-1] if c.tried else None
@@ -212,6 +236,8 @@ def judge(build: Build, budget: Budget | HardwareProfile, *, lang: str = "en", n
     else:
         figure = f"{speed:.1f}" if fit.split is not None else f"{speed:.0f}"
         reason = f"fits: {fmt_gb(fit.memory)} of {fit.where}; ~{figure} tok/s ({label})"
+        if bound:
+            reason += f"; {bound}"
         if lost:
             reason += f"; gives up {', '.join(lost)}"
         if lang == "ko" and build.quant == "IQ1_M":

@@ -20,7 +20,12 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from pocketchat.types import Build, HardwareProfile
+
+if TYPE_CHECKING:
+    from pocketchat.select.estimate import SpeedEstimate
 
 FILE_NAME = "bench-speeds.json"
 RUNS_KEPT = 5  # runs kept per model, placement and machine: the figure is their median
@@ -59,6 +64,23 @@ class SpeedRecord:
     at: float = 0.0
     arch: str = ""  # "" in records written before the kind was kept: never calibrates others
     read_bytes: float = 0.0  # bytes of weights a token reads
+    # The estimate's parts (seconds per token, `estimate.SpeedEstimate`); 0: not known (then
+    # the record calibrates by one factor, as records written before they were kept)
+    memory_s: float = 0.0
+    compute_s: float = 0.0
+    overhead_s: float = 0.0
+
+    @property
+    def bound(self) -> str:
+        """Which bound the estimate said this run hit ("" when its parts are not known)."""
+        if self.memory_s <= 0 or self.compute_s <= 0:  # kernels not measured: bound unknown
+            return ""
+        return "compute" if self.compute_s > self.memory_s else "bandwidth"
+
+    def correction(self) -> float:
+        """measured / estimated seconds of the bound this run hit (the overhead taken as estimated)."""
+        part = self.compute_s if self.bound == "compute" else self.memory_s
+        return max(1.0 / self.measured_tok_s - self.overhead_s, part * 0.1) / part
 
     def like(self, arch: str, read_bytes: float) -> bool:
         """Whether this run may calibrate the estimate of a model of that kind."""
@@ -79,9 +101,15 @@ class Calibration:
         return cls(tuple(r for r in records if r.machine == machine and r.measured_tok_s > 0
                          and r.estimated_tok_s > 0))
 
-    def speed(self, build: Build, placement: str, estimate: float) -> tuple[float, str]:
+    def speed(self, build: Build, placement: str, estimate: "float | SpeedEstimate") -> tuple[float, str]:
         """(tok/s, where the figure came from): the median of this build's runs, else the
-        estimate scaled by like models' runs, else the estimate."""
+        estimate corrected by like models' runs, else the estimate.
+
+        A run whose estimate's parts are known corrects the bound it hit: a compute-bound run
+        scales the compute part of this estimate, a bandwidth-bound one the memory part, and
+        this estimate keeps its own shape (a build bound by the other part moves less or not
+        at all). Runs without parts scale the whole estimate by their median factor."""
+        figure = estimate if isinstance(estimate, (int, float)) else estimate.tok_s
         same = [r.measured_tok_s for r in self.records
                 if r.model == build.id and r.placement == placement]
         if same:
@@ -91,11 +119,20 @@ class Calibration:
         like = [r for r in self.records if placement_kind(r.placement) == placement_kind(placement)
                 and r.like(arch, read_bytes)]
         if not like:
-            return estimate, "estimate"
-        factor = statistics.median(r.measured_tok_s / r.estimated_tok_s for r in like)
+            return figure, "estimate"
         models = sorted({r.model for r in like})
         runs = f"{len(like)} run{'s' if len(like) > 1 else ''}"
-        return estimate * factor, f"estimate, calibrated by {runs} of {', '.join(models)}"
+        label = f"estimate, calibrated by {runs} of {', '.join(models)}"
+        shaped = [r for r in like if r.bound]
+        if shaped and not isinstance(estimate, (int, float)) and estimate.compute_s > 0:
+            compute = [r.correction() for r in shaped if r.bound == "compute"]
+            memory = [r.correction() for r in shaped if r.bound == "bandwidth"]
+            k_c = statistics.median(compute) if compute else 1.0
+            k_m = statistics.median(memory) if memory else 1.0
+            return estimate.with_parts(estimate.memory_s * k_m, estimate.compute_s * k_c,
+                                       estimate.overhead_s).tok_s, label
+        factor = statistics.median(r.measured_tok_s / r.estimated_tok_s for r in like)
+        return figure * factor, label
 
 
 def path_in(cache_dir: Path) -> Path:

@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import platform
 import re
 import shutil
 import subprocess
+import threading
+import time
+from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
-from pocketchat.rpc.ggml import library_names, rpc_library
-from pocketchat.types import GPU, GiB, HardwareProfile
+from pocketchat.errors import HardwareProfileError
+from pocketchat.rpc.ggml import lib_dir, library_names, rpc_library
+from pocketchat.types import GPU, GiB, HardwareProfile, KernelProfile
+
+# The kernel probe, run as a process (it loads llama.cpp; `select` never imports engines).
+KERNEL_PROBE_MODULE = "pocketchat.engines.llamacpp.kernels"
 
 GPU_LIB_PATTERN = re.compile(r"ggml-(cuda|hip|vulkan|metal|sycl|musa|opencl|cann)", re.I)
 DRM_ROOT = Path("/sys/class/drm")
@@ -19,8 +28,18 @@ AMD_VENDOR, INTEL_VENDOR, NVIDIA_VENDOR = "0x1002", "0x8086", "0x10de"
 APU_VRAM_LIMIT = 4 * GiB
 
 
-def detect(*, disk_path: Path | None = None, measure_bandwidth: bool = True) -> HardwareProfile:
-    """Probe this machine. Never raises for a missing source; problems land in `notes`."""
+ProgressFn = Callable[[int, int, str], None]
+KERNEL_TIMEOUT_S = 60.0  # the kernel probe takes a few seconds; past this it is given up
+BUSY_WINDOW_S = 0.2  # how long the probe watches the other processes' CPU
+
+
+def detect(*, disk_path: Path | None = None, measure_bandwidth: bool = True,
+           measure_kernels: bool = False, progress: ProgressFn | None = None) -> HardwareProfile:
+    """Probe this machine. Never raises for a missing source; problems land in `notes`.
+
+    `measure_kernels`: run the kernel probe when this machine and llama.cpp build have no cached
+    measurement (a few seconds, reported to `progress(done, total, what)`); without it, a cached
+    one is used when there is one."""
     import psutil
 
     notes: list[str] = []
@@ -34,28 +53,168 @@ def detect(*, disk_path: Path | None = None, measure_bandwidth: bool = True) -> 
     gpus += _drm_gpus(notes, ram_total=vm.total)
     if os_name == "darwin" and arch == "arm64":
         gpus.append(_apple_gpu(vm.total))
+    busy = busy_cores()
     bandwidth = None
     if measure_bandwidth:
         from pocketchat.select.bandwidth import cached_bandwidth
 
-        bandwidth = cached_bandwidth(_cpu_name(os_name), vm.total, notes, physical)
+        bandwidth = cached_bandwidth(_cpu_name(os_name), vm.total, notes, physical, busy=busy)
+    backends = tuple(installed_backends())
+    flags = tuple(_cpu_flags(os_name, arch))
+    kernels = None
+    if "llama.cpp" in backends:
+        kernels = cached_kernels(_cpu_name(os_name), physical, logical, flags, notes, measure=measure_kernels,
+                                 progress=progress, busy=busy)
     return HardwareProfile(
         os=os_name,
         arch=arch,
         cpu_name=_cpu_name(os_name),
         cpu_physical_cores=physical,
         cpu_logical_cores=logical,
-        cpu_flags=tuple(_cpu_flags(os_name, arch)),
+        cpu_flags=flags,
         ram_total_bytes=int(vm.total),
         ram_available_bytes=int(vm.available),
         memory_bandwidth_gbps=bandwidth,
         disk_free_bytes=_disk_free(disk_path),
         gpus=tuple(gpus),
-        backends=tuple(installed_backends()),
+        backends=backends,
         llama_gpu_offload=llama_gpu_offload(),
         llama_rpc=llama_rpc(),
         notes=tuple(notes),
+        kernels=kernels,
+        cpu_busy_cores=busy,
     )
+
+
+def busy_cores(window_s: float = BUSY_WINDOW_S) -> float | None:
+    """Cores' worth of CPU the other processes use now: their share over a short window, at
+    most the load average of the last minute (a burst that is already over, or a job that
+    ended seconds ago, is not a busy machine). None where it cannot be read."""
+    import psutil
+
+    try:
+        me = psutil.Process()
+        t0, mine0 = psutil.cpu_times(), me.cpu_times()
+        start = time.monotonic()
+        time.sleep(window_s)
+        t1, mine1 = psutil.cpu_times(), me.cpu_times()
+        elapsed = time.monotonic() - start
+        busy = sum(t1) - sum(t0) - ((t1.idle - t0.idle) + (getattr(t1, "iowait", 0) - getattr(t0, "iowait", 0)))
+        mine = (mine1.user - mine0.user) + (mine1.system - mine0.system)
+        now = max(busy - mine, 0.0) / max(elapsed, 1e-3)
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else now
+        return round(max(min(now, load), 0.0), 2)
+    except (OSError, AttributeError, psutil.Error):
+        return None
+
+
+def llama_build() -> str:
+    """The installed llama.cpp, as a key for measurements made with it: the package's version
+    and a digest of its libraries' names, sizes and times (a rebuild changes it). "" if absent."""
+    import hashlib
+    from importlib.metadata import PackageNotFoundError, version
+
+    lib = lib_dir()
+    if lib is None:
+        return ""
+    try:
+        files = sorted(p for p in lib.iterdir() if p.is_file())
+        stamp = ",".join(f"{p.name}:{p.stat().st_size}:{int(p.stat().st_mtime)}" for p in files)
+        ver = version("llama_cpp_python")
+    except (OSError, PackageNotFoundError):
+        return ""
+    return f"llama-cpp-python {ver} ({hashlib.sha256(stamp.encode()).hexdigest()[:12]})"
+
+
+def cached_kernels(cpu_name: str, physical: int, logical: int, flags: tuple[str, ...], notes: list[str], *,
+                   measure: bool, progress: ProgressFn | None = None, busy: float | None = None
+                   ) -> KernelProfile | None:
+    """This machine's kernel rates (`select.kernels`): the cached measurement for this CPU and
+    llama.cpp build, else (with `measure`) a new one from the kernel probe, run in its own
+    process (engines/llamacpp/kernels.py: it needs llama.cpp, which this process does not
+    import), and cached unless other programs were busy meanwhile (then measured again next
+    time: a busy core slows llama.cpp's threads, not its kernels)."""
+    from pocketchat.paths import settings
+    from pocketchat.select import defaults
+    from pocketchat.select import kernels as kern
+
+    build = llama_build()
+    if not build:
+        return None
+    threads = kern.probe_threads(defaults.cpu_threads(physical, logical))
+    key = kern.cache_key(cpu_name, physical, flags, build, threads)
+    cache_dir = settings().cache_dir
+    found = kern.load_cached(cache_dir, key)
+    if found is not None or not measure:
+        return found
+    if busy is not None and busy >= defaults.BUSY_SHARE:  # a busy core would slow the larger counts
+        free = max(physical - defaults.busy_cores_of(busy), 1)
+        threads = [n for n in threads if n <= free] or [free]
+    measured = run_kernel_probe(threads, notes, progress)
+    if measured is None:
+        return None
+    measured = replace(measured, build=build)
+    during = busy_cores(0.05)
+    if max(busy or 0.0, during or 0.0) < defaults.BUSY_SHARE:
+        kern.save_cached(cache_dir, key, measured)
+    else:
+        notes.append("kernel speeds measured while other programs kept the CPU busy; measured "
+                     "again next time")
+    return measured
+
+
+def run_kernel_probe(threads: list[int], notes: list[str], progress: ProgressFn | None = None
+                     ) -> KernelProfile | None:
+    """Run the kernel probe in its own process; its result, or None (with a note) when it fails."""
+    import json
+    import sys
+
+    from pocketchat.select.kernels import kernels_from_json
+
+    cmd = [sys.executable, "-m", KERNEL_PROBE_MODULE, "--threads", ",".join(map(str, threads))]
+    result = None
+    other: list[str] = []  # what else it wrote (llama.cpp's own lines, a traceback)
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=_child_env())
+    except OSError as exc:
+        notes.append(f"kernel speeds not measured ({exc}); speed estimates use the bandwidth alone")
+        return None
+    watchdog = threading.Timer(KERNEL_TIMEOUT_S, proc.kill)  # a probe that hangs is given up
+    watchdog.start()
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                other = (other + [line.strip()])[-5:]
+                continue
+            if isinstance(event, dict) and "progress" in event and progress is not None:
+                done, total, what = event["progress"]
+                progress(int(done), int(total), str(what))
+            elif isinstance(event, dict) and "result" in event:
+                result = event["result"]
+        proc.wait()
+    finally:
+        watchdog.cancel()
+    if result is None:
+        why = [x for x in other if x][-1:] or [f"exit status {proc.returncode}"]
+        notes.append(f"kernel speeds not measured ({why[0][:200]}); speed estimates use the bandwidth alone")
+        return None
+    try:
+        return kernels_from_json(result, "the kernel probe's result")
+    except HardwareProfileError as exc:
+        notes.append(f"kernel speeds not measured ({exc}); speed estimates use the bandwidth alone")
+        return None
+
+
+def _child_env() -> dict[str, str]:
+    """The environment the kernel probe runs in: this one, with this pocketchat importable."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return env
 
 
 def _arch() -> str:

@@ -121,6 +121,14 @@ def profile_from_json(data: Any, *, source: str = "hardware profile") -> Hardwar
     if not isinstance(gpus, list):
         raise HardwareProfileError(f"{source}: 'gpus' must be a list")
     kwargs["gpus"] = tuple(_gpu(g, f"{source}: gpus[{i}]") for i, g in enumerate(gpus))
+    if kwargs.get("kernels") is not None:
+        from pocketchat.select.kernels import kernels_from_json
+
+        kwargs["kernels"] = kernels_from_json(kwargs["kernels"], f"{source}: kernels")
+    busy = kwargs.get("cpu_busy_cores")
+    if busy is not None and (isinstance(busy, bool) or not isinstance(busy, (int, float)) or not 0 <= busy <= 8192):
+        raise HardwareProfileError(f"{source}: 'cpu_busy_cores' must be a number of cores >= 0 or null, "
+                                   f"not {busy!r}")
     for flag in ("llama_gpu_offload", "llama_rpc"):
         if flag in kwargs and kwargs[flag] not in (True, False, None):
             raise HardwareProfileError(f"{source}: {flag!r} must be true, false or null")

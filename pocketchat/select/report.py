@@ -90,7 +90,9 @@ def format_recommendation(rec: Recommendation) -> str:
         bandwidth = f"{rec.hardware.memory_bandwidth_gbps:.1f} GB/s memory bandwidth"
     else:
         bandwidth = f"the default {DEFAULT_CPU_GBPS:.0f} GB/s memory bandwidth (not measured)"
-    lines.append(f"Memory and speed are estimates (weights + KV cache + buffers; {bandwidth}).")
+    kernels = ("; this machine's kernel speeds" if rec.hardware.kernels is not None else
+               "; kernel speeds not measured")
+    lines.append(f"Memory and speed are estimates (weights + KV cache + buffers; {bandwidth}{kernels}).")
     if any(c.speed_source != "estimate" for c in rec.candidates):
         lines.append("A speed marked measured comes from `pocketchat bench` on this machine; the "
                      "others are scaled by how far the estimate was off there.")
@@ -170,9 +172,34 @@ def format_profile(hw: HardwareProfile) -> str:
     if hw.llama_rpc is not None:
         rpc = "yes" if hw.llama_rpc else f"no (to pool machines, rebuild: {RPC_REINSTALL})"
         lines.append(f"RPC:       llama.cpp RPC backend (pool machines with --rpc): {rpc}")
+    if hw.cpu_busy_cores is not None:
+        lines.append(f"Busy:      {hw.cpu_busy_cores:.1f} cores' worth of CPU used by other programs")
+    lines += kernel_lines(hw)
     for note in hw.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines)
+
+
+def kernel_lines(hw: HardwareProfile) -> list[str]:
+    """The kernel probe's rates: GB/s of weights decoded per type, experts/dense, per thread count."""
+    k = hw.kernels
+    if k is None:
+        return ["Kernels:   not measured (speed estimates from the memory bandwidth alone)"]
+    indent = " " * len("Kernels:   ")
+    took = f" in {k.seconds:.1f} s" if k.seconds else ""
+    lines = [f"Kernels:   decode GB/s of weights, experts/dense, measured{took}"
+             + (f" with {k.build}" if k.build else "")]
+    for rates in k.at:
+        names = list(dict.fromkeys(t for t, _, _ in rates.rates))
+        parts = []
+        for t in names:
+            pair = [rates.rate(t, role) if any(tt == t and ro == role for tt, ro, _ in rates.rates) else None
+                    for role in ("expert", "dense")]
+            parts.append(f"{t} " + "/".join(f"{r:.1f}" if r else "-" for r in pair))
+        n = rates.threads
+        lines += textwrap.wrap(f"{n} thread{'s' if n != 1 else ''}: " + ", ".join(parts), PROFILE_WIDTH,
+                               initial_indent=indent, subsequent_indent=indent + "  ", break_long_words=False)
+    return lines
 
 
 def short_of_disk(rec: Recommendation) -> Candidate | None:

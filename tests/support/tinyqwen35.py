@@ -3,17 +3,18 @@
 Four layers: three Gated-DeltaNet (recurrent) layers and one full-attention layer (every 4th,
 as in POCKET), eight routed experts (two active) plus a shared expert, a 64-wide model and the
 byte-level vocabulary of `tinymoe`. About 1 MB; llama.cpp loads it and generates nonsense.
-`Qwen35Shape`, `tensor_table` and `add_hparams` describe the architecture at any size
-(benchmarks/pocket_scale.py writes POCKET's full size from them).
+The architecture at any size (`Qwen35Shape`, `tensor_table`, `add_hparams`) is
+`pocketchat/modelfile/qwen35.py`'s, re-exported here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
+from pocketchat.modelfile.qwen35 import Qwen35Shape, TensorSpec, add_hparams, tensor_table  # noqa: F401
 from support.tinymoe import CHAT_TEMPLATE, add_tokenizer, byte_symbols, byte_vocab
 
 N_EMBD = 64
@@ -142,117 +143,13 @@ QWEN35_TOOLS_TEMPLATE = (
 )
 
 
-@dataclass(frozen=True)
-class Qwen35Shape:
-    """The sizes of a `qwen35moe` model: everything its tensor table and hparams follow from.
-
-    `tensor_table` and `add_hparams` are the one description of the architecture's tensors
-    and keys; the tiny test model and benchmarks/pocket_scale.py (full size) both use them.
-    """
-
-    n_embd: int = N_EMBD
-    n_head: int = N_HEAD
-    n_head_kv: int = N_HEAD_KV
-    head_dim: int = HEAD_DIM
-    n_layer: int = N_LAYER
-    full_attention_interval: int = FULL_ATTENTION_INTERVAL
-    n_expert: int = N_EXPERT
-    n_expert_used: int = N_EXPERT_USED
-    n_ff_exp: int = N_FF_EXP
-    n_ff_shexp: int = N_FF_SHEXP
-    n_ctx_train: int = N_CTX_TRAIN
-    ssm_state: int = SSM_STATE  # Gated DeltaNet head dim (keys and values)
-    ssm_groups: int = SSM_GROUPS  # key heads
-    ssm_v_heads: int = SSM_V_HEADS  # value heads
-    ssm_conv: int = SSM_CONV
-    rope_dims: int = 8
-    rope_sections: tuple[int, int, int, int] = (2, 1, 1, 0)
-    rope_base: float = 10000.0
-
-    @property
-    def ssm_inner(self) -> int:
-        return self.ssm_state * self.ssm_v_heads
-
-    def is_full_attention(self, layer: int) -> bool:
-        return (layer + 1) % self.full_attention_interval == 0
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """One tensor: its name, its dims in llama.cpp's order (ne), and how it starts:
-    "normal" (random), "ones" (norm weights) or "neg_ones" (DeltaNet's A)."""
-
-    name: str
-    ne: tuple[int, ...]
-    init: str = "normal"
-
-
-TINY = Qwen35Shape()
-
-
-def tensor_table(shape: Qwen35Shape, n_vocab: int) -> list[TensorSpec]:
-    """Every tensor of a `qwen35moe` model of `shape`, in file order."""
-    s, e = shape, shape.n_embd
-    key_dim, value_dim = s.ssm_state * s.ssm_groups, s.ssm_inner
-    out = [TensorSpec("token_embd.weight", (e, n_vocab)), TensorSpec("output_norm.weight", (e,), "ones"),
-           TensorSpec("output.weight", (e, n_vocab))]
-    for i in range(s.n_layer):
-        p = f"blk.{i}."
-        out += [TensorSpec(p + "attn_norm.weight", (e,), "ones"),
-                TensorSpec(p + "post_attention_norm.weight", (e,), "ones")]
-        if s.is_full_attention(i):
-            out += [TensorSpec(p + "attn_q.weight", (e, s.head_dim * s.n_head * 2)),
-                    TensorSpec(p + "attn_k.weight", (e, s.head_dim * s.n_head_kv)),
-                    TensorSpec(p + "attn_v.weight", (e, s.head_dim * s.n_head_kv)),
-                    TensorSpec(p + "attn_output.weight", (s.head_dim * s.n_head, e)),
-                    TensorSpec(p + "attn_q_norm.weight", (s.head_dim,), "ones"),
-                    TensorSpec(p + "attn_k_norm.weight", (s.head_dim,), "ones")]
-        else:
-            out += [TensorSpec(p + "attn_qkv.weight", (e, key_dim * 2 + value_dim)),
-                    TensorSpec(p + "attn_gate.weight", (e, value_dim)),
-                    TensorSpec(p + "ssm_conv1d.weight", (s.ssm_conv, key_dim * 2 + value_dim)),
-                    TensorSpec(p + "ssm_dt.bias", (s.ssm_v_heads,)),
-                    TensorSpec(p + "ssm_a", (s.ssm_v_heads,), "neg_ones"),
-                    TensorSpec(p + "ssm_beta.weight", (e, s.ssm_v_heads)),
-                    TensorSpec(p + "ssm_alpha.weight", (e, s.ssm_v_heads)),
-                    TensorSpec(p + "ssm_norm.weight", (s.ssm_state,), "ones"),
-                    TensorSpec(p + "ssm_out.weight", (value_dim, e))]
-        out += [TensorSpec(p + "ffn_gate_inp.weight", (e, s.n_expert)),
-                TensorSpec(p + "ffn_gate_exps.weight", (e, s.n_ff_exp, s.n_expert)),
-                TensorSpec(p + "ffn_up_exps.weight", (e, s.n_ff_exp, s.n_expert)),
-                TensorSpec(p + "ffn_down_exps.weight", (s.n_ff_exp, e, s.n_expert)),
-                TensorSpec(p + "ffn_gate_inp_shexp.weight", (e,)),
-                TensorSpec(p + "ffn_gate_shexp.weight", (e, s.n_ff_shexp)),
-                TensorSpec(p + "ffn_up_shexp.weight", (e, s.n_ff_shexp)),
-                TensorSpec(p + "ffn_down_shexp.weight", (s.n_ff_shexp, e))]
-    return out
-
-
-def add_hparams(w, shape: Qwen35Shape) -> None:
-    """The architecture's keys (sizes, attention, experts, DeltaNet) on a `gguf.GGUFWriter`."""
-    s, arch = shape, "qwen35moe"
-    w.add_context_length(s.n_ctx_train)
-    w.add_embedding_length(s.n_embd)
-    w.add_block_count(s.n_layer)
-    w.add_feed_forward_length(s.n_ff_exp * s.n_expert_used)
-    w.add_expert_feed_forward_length(s.n_ff_exp)
-    w.add_expert_shared_feed_forward_length(s.n_ff_shexp)
-    w.add_head_count(s.n_head)
-    w.add_head_count_kv(s.n_head_kv)
-    w.add_key_length(s.head_dim)
-    w.add_value_length(s.head_dim)
-    w.add_rope_dimension_count(s.rope_dims)
-    w.add_rope_dimension_sections(list(s.rope_sections))
-    w.add_rope_freq_base(s.rope_base)
-    w.add_layer_norm_rms_eps(1e-6)
-    w.add_expert_count(s.n_expert)
-    w.add_expert_used_count(s.n_expert_used)
-    w.add_ssm_conv_kernel(s.ssm_conv)
-    w.add_ssm_inner_size(s.ssm_inner)
-    w.add_ssm_state_size(s.ssm_state)
-    w.add_ssm_time_step_rank(s.ssm_v_heads)
-    w.add_ssm_group_count(s.ssm_groups)
-    w.add_uint32(f"{arch}.full_attention_interval", s.full_attention_interval)
+TINY = Qwen35Shape(
+    n_embd=N_EMBD, n_head=N_HEAD, n_head_kv=N_HEAD_KV, head_dim=HEAD_DIM, n_layer=N_LAYER,
+    full_attention_interval=FULL_ATTENTION_INTERVAL, n_expert=N_EXPERT, n_expert_used=N_EXPERT_USED,
+    n_ff_exp=N_FF_EXP, n_ff_shexp=N_FF_SHEXP, n_ctx_train=N_CTX_TRAIN, ssm_state=SSM_STATE,
+    ssm_groups=SSM_GROUPS, ssm_v_heads=SSM_V_HEADS, ssm_conv=SSM_CONV, rope_dims=8,
+    rope_sections=(2, 1, 1, 0), rope_base=10000.0,
+)
 
 
 ASCII_TEXT = [0x0A, *range(0x20, 0x7F)]  # newline and the printable ASCII bytes
