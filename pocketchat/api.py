@@ -138,6 +138,7 @@ def download_hooks(download: bool | Callable[["DownloadPlan"], bool],
             size += f", {human_bytes(plan.transfer_bytes)} left to fetch"
         if download is True:
             if out is not None:
+                TerminalProgress.end_line()  # the checks' line, left open on a terminal
                 out.write(visible(f"pocketchat: downloading {plan.name} ({size}) to "
                                   f"{plan.destination}; free disk after: "
                                   f"{human_bytes(plan.free_after_bytes)}") + "\n")

@@ -57,9 +57,9 @@ def server(gguf):
 @pytest.fixture(scope="module")
 def new_tokens(gguf):
     """Step N+1's new tokens, counted by llama.cpp's own tokenizer of the model."""
-    import llama_cpp
+    from pocketchat.engines.llamacpp.load import new_llama
 
-    vocab = llama_cpp.Llama(str(gguf), vocab_only=True, verbose=False)
+    vocab = new_llama(str(gguf), vocab_only=True, verbose=False)
     return lambda step: len(vocab.tokenize(new_part(step).encode(), add_bos=False, special=True))
 
 

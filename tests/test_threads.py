@@ -259,18 +259,22 @@ def test_recent_rate_is_the_last_seconds_not_the_average(window):
 
 def test_the_status_bar_shows_the_rate_of_the_last_seconds_and_why_the_threads_moved():
     from pocketchat.engines.types import Stats
-    from pocketchat.ui.widgets import StatusBar, figures_from_stats
+    from pocketchat.ui.fitline import fit
+    from pocketchat.ui.widgets import figures_from_stats, status_parts
+
+    def bar(stats: Stats, state: str, width: int) -> str:
+        figures = figures_from_stats(stats, state, None, 8192, None)
+        return "".join(sep + text for sep, text, _ in fit(status_parts(figures, "ok"), width))
 
     stats = Stats(generated_tokens=200, decode_seconds=20.0, recent_tok_s=2.4, threads=1,
                   threads_full=2, threads_note="1 of 2 threads: the machine is busy",
                   context_limit=8192)
-    bar = StatusBar()
-    bar.show(figures_from_stats(stats, "Answering", None, 8192, None))
-    assert "2.4 tok/s" in bar.plain and "10.0 tok/s" not in bar.plain  # not the average
-    assert "1 of 2 threads: the machine is busy" in bar.plain
-    bar.show(figures_from_stats(Stats(generated_tokens=200, decode_seconds=20.0), "Ready",
-                                None, 8192, None))
-    assert "10.0 tok/s" in bar.plain and "threads" not in bar.plain  # nothing moved: no note
+    for width in (80, 120):  # the note fits the bar at both widths
+        line = bar(stats, "Answering", width)
+        assert "2.4 tok/s" in line and "10.0 tok/s" not in line  # not the average
+        assert "1 of 2 threads: the machine is busy" in line and len(line) <= width
+    line = bar(Stats(generated_tokens=200, decode_seconds=20.0), "Ready", 120)
+    assert "10.0 tok/s" in line and "threads" not in line  # nothing moved: no note
 
 
 def test_the_threads_flag_pins_the_plan_and_nothing_else_does():
