@@ -44,7 +44,8 @@ def test_the_server_survives_its_own_schema_fuzzed(tmp_path: Path):
         found = re.search(r"Operations:\s+(\d+) selected / (\d+) total", run.stdout)
         assert found and found.group(1) == found.group(2), report  # every endpoint selected ...
         assert f"Tested: {found.group(1)}" in run.stdout, report  # ... and exercised
-        assert "1 covered / 1 selected" in run.stdout, report  # the models -> model link
+        links = re.search(r"API Links:\s+(\d+) covered", run.stdout)
+        assert links and int(links.group(1)) >= 1, report  # the models -> model link at least
         assert "No issues found" in run.stdout, report
         assert "Traceback" not in srv.log(), srv.log()[-3000:]
         status, body = srv.post_json("/v1/chat/completions", {

@@ -148,8 +148,10 @@ def test_stored_responses_continue_with_previous_response_id(client, server):
                                     instructions="Be brief.")
     got = client.responses.retrieve(first.id)
     assert got.id == first.id and got.output_text == first.output_text
+    # `instructions` are not carried over by previous_response_id (OpenAI's rule): a client sends
+    # them again, as Codex does each turn; then the stored turn is a prefix of the new prompt
     follow = client.responses.create(model="m", input="And at 8?", previous_response_id=first.id,
-                                     max_output_tokens=4, reasoning=OFF)
+                                     max_output_tokens=4, reasoning=OFF, instructions="Be brief.")
     assert follow.previous_response_id == first.id
     # the stored turn came first: its input and its answer
     assert follow.usage.input_tokens >= first.usage.input_tokens + first.usage.output_tokens

@@ -20,7 +20,8 @@ from collections import deque
 
 from pocketchat.engines.types import Liveness
 
-BEAT_SECONDS = 0.25  # the child's beat, and how often the parent samples the process
+BEAT_SECONDS = 0.5  # the child's beat, and how often the parent samples the process (each
+# wakes the chat's process once: an idle chat must sleep, tests/test_terminal_safety.py)
 SILENCE = 1.5  # seconds without a word before a process that uses no CPU is not responding
 BUSY_SHARE = 0.05  # share of one core above which a silent process counts as busy
 

@@ -18,7 +18,8 @@ from typing import Any, Callable
 from pocketchat.engines.types import Engine, Liveness, liveness_of
 from pocketchat.ui.widgets import EngineHeader, StatusBar
 
-POLL = 0.5  # how often the chat asks whether the model's process responds
+POLL = 1.0  # how often the chat asks whether the model's process responds (with BEAT_SECONDS:
+# a stopped process is on screen within 1.5 s, a silent idle one within 3 s)
 STATE = "Not responding · Ctrl+R restarts"  # the status bar's state meanwhile
 HINT = ("Ctrl+R restarts it (this conversation is kept). If the process resumes, the chat goes "
         "on by itself.")

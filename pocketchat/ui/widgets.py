@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from textual import events
+from textual._context import NoActiveAppError
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.content import Content
@@ -258,7 +259,12 @@ class StatusBar(Static):
 
     def _width(self) -> int:
         """The cells the line has (before the first layout: the screen's width less the padding)."""
-        return self.content_size.width or max(self.app.size.width - 2, 1)
+        if self.content_size.width:
+            return self.content_size.width
+        try:
+            return max(self.app.size.width - 2, 1)
+        except NoActiveAppError:  # a bar outside any app (a test's): nothing to fit it to
+            return 1_000
 
 
 def status_parts(f: StatusFigures, level: str) -> list[Part]:
