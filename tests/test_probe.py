@@ -139,6 +139,25 @@ def test_apple_metal_budget_fallback():
     assert probe.apple_metal_budget(64 * G) == 48 * G
 
 
+def test_a_bandwidth_cached_before_the_busy_check_is_measured_again(isolated_env, monkeypatch):
+    """A figure an earlier version cached may be a busy moment's (4.2 GB/s on a 28 GB/s machine
+    made every build 'bandwidth-bound' and 1 tok/s): it is measured again once, then kept."""
+    import json
+
+    from pocketchat.paths import settings
+    from pocketchat.select import bandwidth
+
+    path = settings().bandwidth_cache
+    path.parent.mkdir(parents=True, exist_ok=True)
+    threads = bandwidth.copy_threads(4)
+    path.write_text(json.dumps({"key": f"cpu|{8 << 30}|copy x{threads}", "gbps": 4.2}))
+    calls = []
+    monkeypatch.setattr(bandwidth, "measure_gbps", lambda *a, **k: calls.append(1) or 28.5)
+    assert bandwidth.cached_bandwidth("cpu", 8 << 30, [], physical_cores=4, busy=0.0) == 28.5
+    assert bandwidth.cached_bandwidth("cpu", 8 << 30, [], physical_cores=4, busy=0.0) == 28.5
+    assert len(calls) == 1
+
+
 def test_bandwidth_is_copied_by_the_cores_together_and_cached_per_thread_count(isolated_env,
                                                                             monkeypatch):
     from pocketchat.select import bandwidth
