@@ -249,6 +249,7 @@ class EngineBase:
 
     def _init_harness(self) -> None:
         self._cancel = threading.Event()
+        self._end_thought = threading.Event()  # the user asked for the answer now
         self._busy = threading.Lock()
         self._active = False
         self._closed = False
@@ -292,6 +293,11 @@ class EngineBase:
     def cancel(self) -> None:
         if self._active:
             self._cancel.set()
+
+    def end_thinking(self) -> None:
+        """End the thought in flight now; the answer follows (see `types.Engine`)."""
+        if self._active:
+            self._end_thought.set()
 
     def close(self) -> None:
         if self._closed:

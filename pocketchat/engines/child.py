@@ -180,6 +180,9 @@ def _serve(engine: Any, conn: Any, send: Callable[[tuple], None],
                 cancelled.add(msg[1])
                 if current[0] == msg[1]:
                     engine.cancel()
+            elif msg[0] == "end_thinking":
+                if current[0] == msg[1]:
+                    engine.end_thinking()
             else:
                 cancelled.add(current[0])
                 engine.cancel()
@@ -242,6 +245,10 @@ def _serve_parallel(engine: Any, conn: Any, send: Callable[[tuple], None],
             answer = answers.get(msg[1])
             if answer is not None:
                 answer.cancel()
+        elif msg[0] == "end_thinking":
+            answer = answers.get(msg[1])
+            if answer is not None:
+                answer.end_thinking()
         elif msg[0] in ("save_state", "load_state", "status"):
             try:
                 result: Any = getattr(engine, msg[0])(*msg[2:])

@@ -64,6 +64,9 @@ class PooledEngine:
     def cancel(self) -> None:
         self.inner.cancel()
 
+    def end_thinking(self) -> None:
+        self.inner.end_thinking()
+
     def status(self) -> dict:
         """The inner engine's live figures (none when it has none)."""
         fn = getattr(self.inner, "status", None)

@@ -276,6 +276,9 @@ class SlotAnswer:
     def cancel(self) -> None:
         self._slots.engines[self.seq].cancel()
 
+    def end_thinking(self) -> None:
+        self._slots.engines[self.seq].end_thinking()
+
     def close(self) -> None:
         try:
             close = getattr(self._chunks, "close", None)
@@ -416,6 +419,10 @@ class Slots:
     def cancel(self) -> None:
         for engine in self.engines:
             engine.cancel()
+
+    def end_thinking(self) -> None:
+        for engine in self.engines:
+            engine.end_thinking()
 
     def close(self) -> None:
         if self._closed:

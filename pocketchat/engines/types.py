@@ -11,6 +11,9 @@ from pocketchat.errors import EngineError, PocketchatError
 Role = Literal["system", "user", "assistant", "tool"]
 FinishReason = Literal["stop", "length", "cancelled", "error", "tool_calls"]
 StopReason = Literal["stop", "cap", "context", "cancelled", "error", "tool_calls"]
+# How an answer's thought ended: by itself ("model"), at its budget ("budget"), when the user
+# asked for the answer now (`Engine.end_thinking`, "user"); "" while thinking, or no thought.
+ThinkingEnd = Literal["", "model", "budget", "user"]
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,10 @@ class ChatOptions:
     response_format: dict | None = None  # {"type": "json_object"} | {"type": "json_schema", ...}
     template_kwargs: dict | None = None  # chat_template_kwargs (enable_thinking stays `thinking`)
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias added to its logit)
+    # The most tokens the thought may take (with `thinking` on): at the budget the engine
+    # closes it as the template writes a closed thought, and the answer follows. None: no
+    # budget of its own (the thought still leaves room for an answer within max_tokens).
+    thinking_budget: int | None = None
     # A trailing assistant message in `messages` is a prefill: the answer continues it (its
     # text is not repeated in the chunks).
 
@@ -104,6 +111,8 @@ class Stats:
     threads: int = 0
     threads_full: int = 0
     threads_note: str = ""
+    thinking_tokens: int = 0  # tokens of the thought so far (its closing included)
+    thinking_end: ThinkingEnd = ""  # how the thought ended ("" while thinking, or none)
 
     @property
     def evaluated_tokens(self) -> int:
@@ -222,6 +231,12 @@ class Engine(Protocol):
 
     def cancel(self) -> None:
         """Stop the answer in flight (safe from another thread); it ends with 'cancelled'."""
+        ...
+
+    def end_thinking(self) -> None:
+        """End the thought of the answer in flight now (safe from another thread): the engine
+        closes it as the budget does (`Stats.thinking_end` "user") and the answer follows;
+        nothing happens outside a thought."""
         ...
 
     def close(self) -> None:

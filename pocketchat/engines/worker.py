@@ -644,6 +644,15 @@ class WorkerEngine:
         if req and self._crash is None and not self._closed:
             self._stop(req)
 
+    def end_thinking(self) -> None:
+        """End the thought of every answer in flight (a WorkerAnswer ends its own alone)."""
+        for req in ([self._current] if self.parallel <= 1 else list(self._routes)):
+            if req and self._crash is None and not self._closed:
+                try:
+                    self._send(("end_thinking", req))
+                except EngineCrashed:
+                    pass
+
     def _stop(self, req: int) -> None:
         """Ask the child to stop answer `req`, and wake its reader (which lets the answer go
         at once when the worker does not respond)."""
@@ -692,6 +701,14 @@ class WorkerAnswer:
         worker = self._worker
         if worker._crash is None and not worker._closed and self.req in worker._routes:
             worker._stop(self.req)
+
+    def end_thinking(self) -> None:
+        worker = self._worker
+        if worker._crash is None and not worker._closed and self.req in worker._routes:
+            try:
+                worker._send(("end_thinking", self.req))
+            except EngineCrashed:
+                pass
 
     def close(self) -> None:
         self._chunks.close()  # type: ignore[attr-defined]

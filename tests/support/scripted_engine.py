@@ -115,6 +115,9 @@ class ScriptedEngine:
         self.cancels += 1
         self._cancel.set()
 
+    def end_thinking(self) -> None:
+        self.thoughts_ended = getattr(self, "thoughts_ended", 0) + 1
+
     def close(self) -> None:
         self.closed = True
         self._cancel.set()
