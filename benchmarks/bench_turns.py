@@ -29,12 +29,20 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from pocketchat.commands.bench import WORDS  # noqa: E402
-from pocketchat.engines.llamacpp.engine import LlamaCppEngine, _counted  # noqa: E402
+from pocketchat.engines.llamacpp.engine import LlamaCppEngine  # noqa: E402
+from pocketchat.engines.render import plan_prompt  # noqa: E402
 from pocketchat.engines.llamacpp.load import new_llama  # noqa: E402
 from pocketchat.engines.types import ChatOptions, Message  # noqa: E402
 from pocketchat.types import LoadPlan  # noqa: E402
 
 ANSWER = 32
+
+
+def _counted(perf) -> tuple[int, float]:
+    """(tokens, milliseconds) llama.cpp evaluated since its last reset (each count is at
+    least 1 in its report, so a count whose time is zero is really zero)."""
+    n = (perf.n_p_eval if perf.t_p_eval_ms > 0 else 0) + (perf.n_eval if perf.t_eval_ms > 0 else 0)
+    return n, perf.t_p_eval_ms + perf.t_eval_ms
 
 
 def user_text(rng: random.Random, k: int, n_words: int) -> str:
@@ -45,7 +53,7 @@ OPTIONS = ChatOptions(temperature=0.0, max_tokens=ANSWER)
 
 
 def pocketchat_turn(eng: LlamaCppEngine, messages: list[Message]) -> tuple[str, int, float, list[int]]:
-    prompt = eng._prompt(tuple(messages), OPTIONS).tokens
+    prompt = plan_prompt(eng, tuple(messages), OPTIONS).tokens
     text, final = [], None
     for final in eng.chat(messages, OPTIONS):
         text.append(final.text)

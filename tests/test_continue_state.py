@@ -67,8 +67,8 @@ def evaluated_bound(path, conversation, thinking: bool) -> int:
         msgs = msgs[:-1]  # up to the new user message
     counter = LlamaCppEngine(plan(), path)
     try:
-        whole = counter._encode(counter._render(msgs, thinking))
-        before = counter._encode(counter._render(msgs[:-1], thinking, generation=False))
+        whole = counter._encode(counter.render(msgs, thinking))
+        before = counter._encode(counter.render(msgs[:-1], thinking, generation=False))
     finally:
         counter.close()
     return len(whole) - len(before) + SLACK

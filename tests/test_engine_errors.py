@@ -121,7 +121,9 @@ def test_an_error_chunk_that_the_caller_keeps_does_not_hold_the_engine():
     served_plainly(list(engine.chat(HI)))
     # A caller that keeps a finished answer without reading on does not hold it either.
     kept = engine.chat(HI)
-    chunks = [next(kept), next(kept)]
+    chunks = [next(kept)]
+    while chunks[-1].finish_reason is None:  # up to the final chunk, not past it
+        chunks.append(next(kept))
     served_plainly(chunks)
     served_plainly(list(engine.chat(HI)))
     assert failed.failure is not None and kept is not None
@@ -359,7 +361,9 @@ def test_an_answer_that_cannot_start_leaves_the_session_ready():
 def test_a_finished_stream_kept_unread_does_not_hold_the_session():
     session = Session(FaultyEngine())
     stream = session.chat(list(HI), stream=True)
-    chunks = [next(stream), next(stream)]
+    chunks = [next(stream)]
+    while chunks[-1].finish_reason is None:  # up to the final chunk, not past it
+        chunks.append(next(stream))
     assert chunks[-1].finish_reason == "stop"  # the caller got the end and keeps the iterator
     assert session.chat(list(HI)).text == FaultyEngine.reply
     assert list(stream) == []  # reading on later is harmless

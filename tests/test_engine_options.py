@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from support.engine_makers import llama_plan, make_llama_in_process, make_mlx_in_process
-from pocketchat.engines.base import merge_sampling
+from pocketchat.engines.sampling import merge_sampling
 from pocketchat.engines.types import ChatOptions, Message
 from pocketchat.types import LoadPlan, Sampling
 pytestmark = pytest.mark.slow
@@ -139,7 +139,7 @@ def test_the_worker_passes_stop_reason_and_new_options_through():
 
 
 def test_one_load_error_classifier_for_both_backends():
-    from pocketchat.engines.base import load_error
+    from pocketchat.engines.loaderror import load_error
     from pocketchat.errors import CorruptModel, EngineError, ModelTooLarge
 
     for backend in ("llama.cpp", "mlx"):

@@ -115,7 +115,7 @@ def test_parallel_calls_each_get_an_id(starter):
 
 
 def test_the_fallback_shows_the_tools_and_auto_never_fails(starter):
-    prompt = starter._render(ASK, True, options=ChatOptions(tools=(WEATHER,)))
+    prompt = starter.render(ASK, True, options=ChatOptions(tools=(WEATHER,)))
     assert "<tools>" in prompt and '"get_weather"' in prompt and "<tool_call>" in prompt
     chunks = run(starter, ASK, tools=(WEATHER,), max_tokens=40, temperature=0)
     assert chunks[-1].finish_reason in ("stop", "length", "tool_calls")
@@ -124,7 +124,7 @@ def test_the_fallback_shows_the_tools_and_auto_never_fails(starter):
 
 
 def test_tool_choice_none_shows_no_tools_and_answers_in_text(starter):
-    prompt = starter._render(ASK, True, options=ChatOptions(tools=(WEATHER,), tool_choice="none"))
+    prompt = starter.render(ASK, True, options=ChatOptions(tools=(WEATHER,), tool_choice="none"))
     assert "<tools>" not in prompt and "get_weather" not in prompt
     chunks = run(starter, ASK, tools=(WEATHER,), tool_choice="none", max_tokens=20, temperature=0)
     assert chunks[-1].finish_reason in ("stop", "length") and not calls_of(chunks)
@@ -136,7 +136,7 @@ def test_a_tool_result_round_trip(starter):
     history = [*ASK, Message("assistant", "", tool_calls=(call,)),
                Message("tool", "Sunny, 24 C all three days.", tool_call_id="call_abc",
                        name="get_weather")]
-    prompt = starter._render(history, True, options=ChatOptions(tools=(WEATHER,)))
+    prompt = starter.render(history, True, options=ChatOptions(tools=(WEATHER,)))
     assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}' in prompt
     assert "<tool_response>\nSunny, 24 C all three days.\n</tool_response>" in prompt
     chunks = run(starter, history, tools=(WEATHER,), max_tokens=40, temperature=0)
@@ -210,7 +210,7 @@ def test_logprobs_cover_each_chunk_and_list_the_alternatives(starter):
 
 def test_a_trailing_assistant_message_is_continued_not_repeated(starter):
     history = [Message("user", "Count from one to ten in words."), Message("assistant", "One, two,")]
-    prompt = starter._render(history, True, options=ChatOptions())
+    prompt = starter.render(history, True, options=ChatOptions())
     assert prompt.endswith("<|im_start|>assistant\nOne, two,")  # no end of turn after it
     chunks = run(starter, history, max_tokens=12, temperature=0)
     text = text_of(chunks)
@@ -228,7 +228,7 @@ def test_qwen_template_renders_tools_calls_and_results(tiny):
     history = [Message("user", "Wake me at 7."),
                Message("assistant", "", reasoning="An alarm at 7.", tool_calls=(call,)),
                Message("tool", "alarm set", tool_call_id="call_1")]
-    prompt = tiny._render(history, True, options=ChatOptions(tools=(CLOCK,)))
+    prompt = tiny.render(history, True, options=ChatOptions(tools=(CLOCK,)))
     assert "<tools>\n" + json.dumps(CLOCK, ensure_ascii=False) in prompt
     assert ("<tool_call>\n<function=set_alarm>\n<parameter=hour>\n7\n</parameter>\n"
             "<parameter=mode>\nbeep\n</parameter>\n<parameter=repeat>\ntrue\n</parameter>\n"
@@ -236,8 +236,8 @@ def test_qwen_template_renders_tools_calls_and_results(tiny):
     assert "<think>\nAn alarm at 7.\n</think>" in prompt  # reasoning after the last user turn
     assert "<tool_response>\nalarm set\n</tool_response>" in prompt
     older = [*history, Message("assistant", "Done."), Message("user", "Thanks")]
-    plain = tiny._render(older, True, options=ChatOptions(tools=(CLOCK,)))
-    kept = tiny._render(older, True, options=ChatOptions(
+    plain = tiny.render(older, True, options=ChatOptions(tools=(CLOCK,)))
+    kept = tiny.render(older, True, options=ChatOptions(
         tools=(CLOCK,), template_kwargs={"preserve_thinking": True}))
     assert "An alarm at 7." not in plain and "An alarm at 7." in kept  # template kwargs pass
 

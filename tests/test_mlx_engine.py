@@ -71,7 +71,7 @@ def run(e, messages, options=None):
 
 
 def prompt_tokens(e, messages, thinking=True, generation=True) -> list[int]:
-    return e._encode(e._render(messages, thinking, generation=generation))
+    return e._encode(e.render(messages, thinking, generation=generation))
 
 
 class NoTrimKVCache:
@@ -126,32 +126,22 @@ def test_n_ctx_is_capped_by_the_model(tmp_path):
     e.close()
 
 
-def test_stats_are_mlx_lms_own_figures(eng, monkeypatch):
-    gen_mod = importlib.import_module("mlx_lm.generate")  # mlx_lm.generate is also a function
-
-    responses = []
-    real = gen_mod.stream_generate
-
-    def spy(*a, **kw):
-        for r in real(*a, **kw):
-            responses.append(r)
-            yield r
-
-    monkeypatch.setattr(gen_mod, "stream_generate", spy)
+def test_stats_are_the_token_loops_own_clock(eng):
+    """The loop's one clock for every backend: tokens fed and seconds spent feeding, split at
+    the first token (mlx-lm's own loop is not used: the base's token loop drives the model)."""
     started = time.perf_counter()
     msgs = [Message("user", "Once upon a time there was a lighthouse by the sea.")]
     _, _, final = run(eng, msgs, ChatOptions(max_tokens=20, ignore_eos=True))
     wall = time.perf_counter() - started
-    last = responses[-1]
     s = final.stats
-    assert last.finish_reason == "length"
-    assert s.generated_tokens == last.generation_tokens == 20
-    assert s.prompt_tokens == last.prompt_tokens > 0
-    assert s.decode_tok_s == pytest.approx(last.generation_tps)
-    assert s.prompt_tok_s == pytest.approx(last.prompt_tps)
+    assert final.finish_reason == "length"
+    assert s.generated_tokens == 20  # every token of the answer, the last one fed after it
+    assert s.prompt_length == len(prompt_tokens(eng, msgs))
+    assert s.prompt_tokens == s.prompt_length - s.reused_tokens > 0  # evaluated: the rest
     assert s.decode_tok_s == pytest.approx(s.generated_tokens / s.decode_seconds)
+    assert s.prompt_tok_s == pytest.approx(s.prompt_tokens / s.prompt_seconds)
     assert 0 < s.ttft_seconds < wall and s.prompt_seconds + s.decode_seconds <= wall
-    assert s.peak_memory_bytes and s.peak_memory_bytes >= int(last.peak_memory * 1e9) > 0
+    assert s.peak_memory_bytes and s.peak_memory_bytes > 0
     assert s.context_used == len(prompt_tokens(eng, msgs)) + 20
     assert s.context_limit == 1024 and s.dropped_messages == 0
 
@@ -178,7 +168,7 @@ def test_thinking_off_reaches_the_template(scripted):
     text, thinking, final = run(scripted, QUESTION,
                                 ChatOptions(temperature=0.0, max_tokens=30, thinking=False))
     assert (text, thinking, final.finish_reason) == ("Hello", "", "stop")
-    rendered = scripted._render(QUESTION, False)
+    rendered = scripted.render(QUESTION, False)
     assert rendered.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
     answer = scripted.chat(QUESTION, ChatOptions(temperature=0.0, max_tokens=30, thinking=False))
     final = next(c for c in answer if c.finish_reason)  # read no further: before it settles
@@ -360,19 +350,19 @@ def test_an_abandoned_answer_leaves_the_cache_consistent(eng):
 
 
 def test_a_failure_mid_answer_is_an_error_chunk_and_the_next_answer_starts_clean(eng, monkeypatch):
-    gen_mod = importlib.import_module("mlx_lm.generate")
-    real = gen_mod.stream_generate
+    real = eng._step_parts
+    calls = [0]
 
-    def failing(*a, **kw):
-        for i, r in enumerate(real(*a, **kw)):
-            if i == 3:
-                raise RuntimeError("[metal] command buffer failed")
-            yield r
+    def failing(parts):
+        calls[0] += 1
+        if calls[0] == 4:
+            raise RuntimeError("[metal] command buffer failed")
+        return real(parts)
 
-    monkeypatch.setattr(gen_mod, "stream_generate", failing)
+    monkeypatch.setattr(eng, "_step_parts", failing)
     _, _, final = run(eng, QUESTION, ChatOptions(max_tokens=50, ignore_eos=True))
     assert final.finish_reason == "error" and "command buffer failed" in final.error
-    monkeypatch.setattr(gen_mod, "stream_generate", real)
+    monkeypatch.setattr(eng, "_step_parts", real)
     _, _, after = run(eng, QUESTION, GREEDY)
     assert after.finish_reason == "length"
     assert after.stats.prompt_tokens == len(prompt_tokens(eng, QUESTION))  # nothing trusted

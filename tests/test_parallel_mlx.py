@@ -68,7 +68,7 @@ def _together(slots, conversations: list[list[Message]]) -> list:
 def _alone(path: Path, conversations: list[list[Message]]) -> list:
     engine = _engine(path, 1)
     try:
-        assert not hasattr(engine, "_seqs") and engine._batcher is None  # today's path
+        assert engine._batcher.solo and engine._batch is None  # one sequence: no batch
         return [_answer(engine, c)[:2] for c in conversations]
     finally:
         engine.close()
@@ -149,7 +149,7 @@ def test_the_next_turn_after_a_batched_answer_evaluates_only_the_new_message(hyb
                    for c, t in zip(firsts, turn1)]
         turn2 = _together(slots, follows)
         for follow, first, (text, n, final) in zip(follows, firsts, turn2):
-            whole = root._encode(root._render(follow, GREEDY.thinking, options=GREEDY))
+            whole = root._encode(root.render(follow, GREEDY.thinking, options=GREEDY))
             held = root.history_tokens((*first, follow[1]), GREEDY.thinking, GREEDY)
             kept = common_prefix(held, whole)
             assert kept > len(whole) // 2
@@ -215,7 +215,7 @@ def test_caches_that_cannot_be_merged_answer_one_at_a_time_and_say_why(monkeypat
     engine = make_backend(_plan(4), shared_model(), "tiny")
     try:
         assert isinstance(engine, MlxEngine)  # no Slots: one sequence
-        assert engine.sequence_engines() == [engine] and engine._batcher is None
+        assert engine.sequence_engines() == [engine] and engine._batcher.solo
         assert engine.info.sequences == 1
         assert "QuantizedKVCache" in engine.info.parallel_note
         assert "one at a time" in engine.info.parallel_note

@@ -35,10 +35,10 @@ def user_message(turn: int) -> Message:
 
 def new_part(counter: LlamaCppEngine, messages: list[Message], thinking: bool) -> int:
     """Tokens of the new user message (with its role header) and the generation prompt."""
-    whole = counter._encode(counter._render(messages, thinking))
+    whole = counter._encode(counter.render(messages, thinking))
     if len(messages) == 1:
         return len(whole)
-    before = counter._encode(counter._render(messages[:-1], thinking, generation=False))
+    before = counter._encode(counter.render(messages[:-1], thinking, generation=False))
     return len(whole) - len(before)
 
 

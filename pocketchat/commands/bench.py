@@ -318,7 +318,7 @@ def template_kwargs(pairs: list[str]) -> dict:
 def _run_turns(plan, choice, args: argparse.Namespace) -> int:
     from pocketchat.commands.turns import compare_table, run_turns, table
     from pocketchat.engines import open_engine
-    from pocketchat.engines.base import PRESERVE_THINKING
+    from pocketchat.engines.render import PRESERVE_THINKING
 
     if not args.json:
         print(visible(f"loading {choice.label} ({plan.describe()}) ..."), file=sys.stderr)

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 MAX_STATE_BYTES = 512 * 1024 * 1024
 
@@ -75,3 +76,64 @@ def remove(path: Path) -> None:
             p.unlink()
         except OSError:
             pass
+
+
+@contextmanager
+def _idle(engine: Any) -> Iterator[None]:
+    """Hold the engine between answers (state files are written under its busy lock)."""
+    from pocketchat.errors import EngineError
+
+    if engine._closed:
+        raise EngineError("the engine is closed", hint="Open the model again.")
+    if not engine._busy.acquire(blocking=False):
+        raise EngineError("the engine is answering; save or load its state after the answer")
+    try:
+        yield
+    finally:
+        engine._busy.release()
+
+
+def engine_key(engine: Any) -> dict[str, Any]:
+    plan = getattr(engine, "plan", None)
+    return state_key(engine.info.path, engine.info.backend, engine.n_ctx,
+                     getattr(plan, "kv_type", "") or "")
+
+
+def save(engine: Any, path: Path) -> int:
+    """Write what `engine`'s state holds beside a conversation; the bytes written (0: nothing
+    to save, or too large). A state that cannot be cut back and does not end where the next
+    prompt goes on (an answer stopped, or all reasoning) is first brought back to its newest
+    checkpoint, the end of the last user message."""
+    with _idle(engine):
+        remove(path)  # no key beside a half-written file: never loaded
+        cache = engine.cache
+        newest = cache.checkpoint_tokens
+        if (not engine._settled and newest and not cache.trimmable
+                and cache.tokens[: len(newest)] == newest):
+            cache.truncate(len(newest))
+        if not cache.tokens:
+            return 0
+        written = engine._save_file(path, MAX_STATE_BYTES)
+        if written:
+            write_meta(path, engine_key(engine), len(cache.tokens))
+            make_private(path)  # it holds the conversation, as its JSON does
+        else:
+            remove(path)
+        return written
+
+
+def load(engine: Any, path: Path) -> str | None:
+    """Restore a state `save` wrote; None when it loaded, else a note saying why not."""
+    with _idle(engine):
+        if not path.exists():
+            return "no saved model state"
+        why = check_meta(path, engine_key(engine))
+        if why is not None:
+            return why
+        engine.cache.reset()
+        tokens = engine._load_file(path)
+        if tokens is None:
+            engine.cache.reset()
+            return "the saved model state did not load; the conversation is processed again"
+        engine.cache.tokens = tokens
+        return None

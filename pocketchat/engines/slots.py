@@ -48,6 +48,11 @@ class StepCancelled(Exception):
     """The work left the batch because its sequence was cancelled (`Work.done` tokens stay)."""
 
 
+class StepAborted(StepCancelled):
+    """A cancel interrupted a step inside the runtime: what that step left is unknown (the
+    first `Work.done` tokens stay; the rest must be cut back)."""
+
+
 @dataclass(eq=False)
 class Work:
     """Tokens of one sequence to decode from position `pos`; `sample(index)`, when given, is
@@ -75,11 +80,19 @@ class Batcher:
     """Gathers the sequences' pending tokens into steps; see the module docstring.
 
     `run_step(parts)` decodes the parts as one batch (the logits of a part that ends its work
-    and has `sample` are wanted) and returns llama_decode's code; it is called with `lock` held.
+    and has `sample` are wanted) and returns the runtime's code (0: done, 2: aborted by a
+    cancel); it is called with `lock` held.
+
+    With `solo` (a context of one sequence) there is no step thread: `decode` runs the steps
+    in the caller's thread, the prompt `n_batch` tokens a step, the same parts and sampling
+    as a batch of width one (the caller is the one thread that decodes: the chat's worker
+    answers in one thread).
     """
 
     def __init__(self, run_step: Callable[[list[Part]], int], n_batch: int, *,
-                 chunk: int = CHUNK_TOKENS, wait: float = WAIT_SECONDS) -> None:
+                 chunk: int = CHUNK_TOKENS, wait: float = WAIT_SECONDS,
+                 solo: bool = False) -> None:
+        self.solo = solo
         self.lock = threading.RLock()
         self._run_step = run_step
         self.n_batch = max(1, n_batch)
@@ -114,6 +127,8 @@ class Batcher:
         step's error."""
         if work.cancel is not None and work.cancel.is_set():
             raise StepCancelled
+        if self.solo:
+            return self._decode_solo(work)
         with self.member(work.seq), self._cond:
             if self._closed:
                 raise EngineError("the engine is closed", hint="Open the model again.")
@@ -132,6 +147,28 @@ class Batcher:
             if work.error is not None:
                 raise work.error
             return work.result
+
+    def _decode_solo(self, work: Work) -> Any:
+        """`decode` for a context of one sequence: its steps in this thread."""
+        if self._closed:
+            raise EngineError("the engine is closed", hint="Open the model again.")
+        with self.lock:
+            while True:
+                n = min(self.n_batch, len(work.tokens) - work.done)
+                part = [(work, work.done, n)]
+                rc = self._run_step(part)
+                self.steps += 1
+                if rc == 2:
+                    raise StepAborted
+                if rc != 0:
+                    raise EngineError(f"llama_decode returned {rc}")
+                work.done += n
+                if work.done >= len(work.tokens):
+                    break
+                if work.cancel is not None and work.cancel.is_set():
+                    raise StepCancelled
+            self.max_width = 1
+            return work.sample(n - 1) if work.sample is not None else None
 
     def wake(self) -> None:
         """Have every submitter look at its cancel event now."""

@@ -23,11 +23,14 @@ import threading
 from pathlib import Path
 from typing import Any, Iterator
 
-from pocketchat.engines.base import EngineBase, Step, Timing
+from pocketchat.engines.base import EngineBase
 from pocketchat.engines.prefix_cache import PrefixCache
+from pocketchat.engines.slots import Batcher
 from pocketchat.engines.types import ChatOptions, EngineInfo
 from pocketchat.types import LoadPlan
 
+END = 0x110000  # the fake vocabulary: characters, then the end of text, then the reply's words
+WORDS = END + 1
 ANSWER_POINTS = ("render", "encode", "constraint", "generate", "step", "settle")
 POINTS = (*ANSWER_POINTS, "save", "load", "status")
 
@@ -98,13 +101,10 @@ class FaultyEngine(EngineBase):
             for k in self._live:
                 del self._armed[k]
 
-    def _answer(self, messages: Any, opts: ChatOptions) -> Iterator[Any]:
+    def _answer(self, messages: Any, opts: ChatOptions, prompt: Any = None) -> Iterator[Any]:
         self._take()
-        yield from super()._answer(messages, opts)
+        yield from super()._answer(messages, opts, prompt)
 
-    def _continue_text(self, prompt: Any, opts: ChatOptions) -> Iterator[Any]:
-        self._take()
-        yield from super()._continue_text(prompt, opts)
 
     # -- the hooks -------------------------------------------------------------------------
 
@@ -113,7 +113,9 @@ class FaultyEngine(EngineBase):
         self.ops = CharOps()
         self.cache = PrefixCache(self.ops)
         self.template_source = "{{ messages }}"
-        self._generated = 0
+        self.end_tokens = frozenset({END})
+        self._batcher = Batcher(self._run_step, 64, solo=True)
+        self._words: list[int] = []
         return EngineInfo(backend="llama.cpp", model=name or "fake", placement="cpu",
                           n_ctx=self.n_ctx, path=str(path))
 
@@ -130,33 +132,39 @@ class FaultyEngine(EngineBase):
         self._fault("constraint")
         raise ValueError("the fake model has no llguidance tokenizer")
 
-    def _token_bytes(self, token: int) -> bytes:
-        return chr(token).encode()
+    def _piece(self, token: int) -> bytes:
+        if token >= WORDS:
+            return self._reply_words()[token - WORDS].encode()
+        return b"" if token == END else chr(token).encode()
 
-    def _evaluate(self, tokens: list[int]) -> None:
-        self._fault("settle")  # the answer's skeleton evaluates only when settling (short prompts)
-        self.ops.state.extend(tokens)
-        self.cache.tokens.extend(tokens)
-
-    def _generate(self, tokens: list[int], opts: ChatOptions, max_new: int) -> Iterator[Step]:
-        self._fault("generate")
-        self.ops.state.extend(tokens)
-        self.cache.tokens.extend(tokens)
-        self._generated = 0
+    def _reply_words(self) -> list[str]:
         words = [w + " " for w in self.reply.split(" ")]
         words[-1] = words[-1].rstrip()
-        for i, word in enumerate(words[:max_new]):
-            if i == 1:
-                self._fault("step")
-            if self._cancel.is_set():
-                return
-            self.cache.tokens.append(ord(word[0]))
-            self._generated += 1
-            last = i == len(words) - 1 or i == max_new - 1
-            yield Step(word, finish=("stop" if i == len(words) - 1 else "length") if last else None)
+        return words
 
-    def _timing(self) -> Timing:
-        return Timing(generated_tokens=self._generated)
+    def _begin(self, sampling: Any, control: Any) -> None:
+        self._sampled = 0  # the answer's tokens sampled so far
+        self._steps = 0
+
+    def _run_step(self, parts: list) -> int:
+        """The fake model's step: its state is the tokens themselves."""
+        if self._steps == 0:
+            self._fault("generate")  # the first evaluation of the answer's prompt
+        elif self._sampled == 1:
+            self._fault("step")  # after the first sampled token
+        self._steps += 1
+        for work, start, n in parts:
+            self.ops.state.extend(work.tokens[start: start + n])
+        return 0
+
+    def _sample_at(self, index: int) -> tuple[int, Any]:
+        n = self._sampled
+        self._sampled += 1
+        return (WORDS + n if n < len(self._reply_words()) else END), None
+
+    def _evaluate(self, tokens: Any) -> None:
+        self._fault("settle")  # only settling evaluates outside the answer's own steps
+        super()._evaluate(tokens)
 
     def _free(self) -> None:
         self.ops.clear()

@@ -1,45 +1,36 @@
-"""The llama.cpp backend, in this process: `LlamaCppEngine(plan, path)` implements `Engine`.
-
-The answer's skeleton (fit, render, reuse, think-splitting, stats) is `base.EngineBase`'s; this
-module drives llama.cpp itself, so the prefix cache knows exactly which tokens the context
-holds (generated tokens as generated):
-- prompts are evaluated with `llama_decode` in batches of `n_batch`; an abort callback, set
-  only while a prompt is evaluated, lets `cancel()` interrupt it inside llama.cpp (it costs
-  nothing per generated token because it is removed before the first one);
+"""The llama.cpp backend, in this process: `LlamaCppEngine(plan, path)`, the runtime of the
+base's token loop (`base.EngineBase`) over llama.cpp itself, so the prefix cache knows exactly
+which tokens the context holds (generated tokens as generated):
+- every decode is a step of the context's `slots.Batcher` (`_run_step`: the parts' tokens in
+  one `llama_batch`, each sequence's logits at its own batch index); with one sequence the
+  steps run in the caller's thread (`solo`), with a plan's `parallel` N > 1 the context holds N
+  sequences, N engines over it (`sequence_engines()`; this one is sequence 0) and one step
+  thread; an abort callback, set only for a step without a token being decoded (prompt
+  pieces), lets `cancel()` interrupt it inside llama.cpp (it costs nothing per generated
+  token);
 - tokens are sampled by a llama.cpp sampler chain built from the merged sampling settings
-  (penalties, top-k, top-p, min-p, temperature, seeded; greedy at temperature 0) and turned
-  into text with an incremental UTF-8 decoder (a character split across tokens is never
-  garbled); when the answer is constrained or asks for logprobs, the logits of the position
-  being sampled are read as a numpy view of `llama_get_logits_ith`'s buffer, and the control
+  (logit bias, penalties, top-k, top-p, min-p, temperature, seeded; greedy at temperature 0);
+  when the answer is constrained or asks for logprobs, the logits of the position being
+  sampled are read as a numpy view of `llama_get_logits_ith`'s buffer, and the control
   (`constrain.control.TokenControl`) records them and masks them in place before the chain runs;
 - the state's cut/snapshot/restore operations are `state.LlamaState`'s;
-- with a plan's `parallel` N > 1 the context holds N sequences: N engines
-  over it (`sequence_engines()`; this one is sequence 0), whose tokens go through one `slots.Batcher` (one
-  `llama_batch` a step, each sequence sampling at its own batch index); `slots.Slots` is the
-  engine over them. With N = 1 none of that exists: the path below is unchanged;
-- the stats come from llama.cpp's own counters, reset at the start of each answer (with
-  several sequences, this sequence's own token counts and clocks instead). The
-  snapshot taken when the first token appears splits them: everything before it is prompt
-  processing, everything after it is decoding, so `decode_tok_s` is exactly llama.cpp's
-  figure; at the end the last sampled token is decoded too (it is part of the next turn's
-  prompt anyway), so the final count is every token of the answer.
+- the CPU threads follow a busy machine (`threads.ThreadControl`, per step).
 """
 
 from __future__ import annotations
 
-import codecs
 import ctypes
 import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
-from pocketchat.errors import EngineError, UnsupportedRequest
+from pocketchat.errors import UnsupportedRequest
 from pocketchat.modelfile import gguf as ggufcheck
-from pocketchat.engines.base import Cancelled, EngineBase, SamplingSettings, Step, Timing
+from pocketchat.engines.base import EngineBase, SamplingSettings
 from pocketchat.engines.constrain.control import TokenControl
 from pocketchat.engines.llamacpp.load import ProgressFn, load_llama
 from pocketchat.engines.llamacpp.state import LlamaState
@@ -48,19 +39,9 @@ from pocketchat.engines.slots import Batcher, Part
 from pocketchat.engines.template import template_for
 from pocketchat.engines.threads import ThreadControl
 from pocketchat.engines.thinking import CLOSE_TAG, OPEN_TAG
-from pocketchat.engines.types import ChatOptions, EngineInfo
+from pocketchat.engines.types import EngineInfo
 
 PENALTY_LAST_N = 64  # tokens the repeat/presence/frequency penalties look back over
-
-
-def _counted(perf: Any) -> tuple[int, float]:
-    """(tokens, milliseconds) llama.cpp has evaluated since the last reset, prompt and single.
-
-    `llama_perf_context` reports at least 1 for each count (it guards a division), so a count
-    whose time is zero is really zero.
-    """
-    n = (perf.n_p_eval if perf.t_p_eval_ms > 0 else 0) + (perf.n_eval if perf.t_eval_ms > 0 else 0)
-    return n, perf.t_p_eval_ms + perf.t_eval_ms
 
 
 def peak_rss_bytes() -> int | None:
@@ -106,12 +87,9 @@ class LlamaCppEngine(EngineBase):
         self._batch = lib.llama_batch_init(self._n_batch, 0, 1)
         self._root = self
         self._threads = self._thread_control(plan)
-        self._batcher: Batcher | None = None
-        if plan.parallel > 1:
-            self.n_ctx = int(lib.llama_n_ctx_seq(self._ctx))
-            self._batcher = Batcher(self._run_step, self._n_batch)
-        else:
-            self.n_ctx = llm.n_ctx()
+        solo = plan.parallel <= 1
+        self.n_ctx = llm.n_ctx() if solo else int(lib.llama_n_ctx_seq(self._ctx))
+        self._batcher = Batcher(self._run_step, self._n_batch, solo=solo)
         self._init_sequence(0)
         return EngineInfo(
             backend="llama.cpp",
@@ -143,16 +121,14 @@ class LlamaCppEngine(EngineBase):
         """This engine's own part: its sequence's state and cache, its sampler, its counters."""
         lib = self._lib
         self._seq = seq
-        lock = self._batcher.lock if self._batcher is not None else None
+        lock = self._batcher.lock
         self.state = LlamaState(self._ctx, self._llm.model, seq=seq, lock=lock)
         self.cache = PrefixCache(self.state, max_count=self.plan.checkpoints)
         self._piece_buf = ctypes.create_string_buffer(256)
         self._sampler: Any = None
         self._control: TokenControl | None = None
-        self._mark: tuple[int, float] | None = None
-        self._last: int | None = None
-        self._own: list[float] = [0, 0.0]  # tokens this sequence decoded, since (batched stats)
-        self._abort_cb = lib.ggml_abort_callback(lambda _data: self._cancel.is_set())
+        self._stepping: list[Part] = []  # the step being decoded (what the abort looks at)
+        self._abort_cb = lib.ggml_abort_callback(lambda _data: self._abort_now())
         self._no_abort = lib.ggml_abort_callback()
 
     def sequence_engines(self) -> list["LlamaCppEngine"]:
@@ -179,11 +155,6 @@ class LlamaCppEngine(EngineBase):
         raw = self._lib.llama_vocab_get_text(self._vocab, token)
         return raw.decode("utf-8", errors="replace") if raw else ""
 
-    def cancel(self) -> None:
-        super().cancel()
-        if self._batcher is not None:  # a submission waiting for its step sees it at once
-            self._batcher.wake()
-
     def _free(self) -> None:
         self._free_sampler()
         if self._root is not self:  # another sequence of the root's context
@@ -191,8 +162,7 @@ class LlamaCppEngine(EngineBase):
             if self._root._llm is not None:
                 self.state.clear()
             return
-        if self._batcher is not None:  # its step thread decodes into the context: stop it first
-            self._batcher.close()
+        self._batcher.close()  # its step thread decodes into the context: stop it first
         if self._batch is not None:
             self._lib.llama_batch_free(self._batch)
             self._batch = None
@@ -208,7 +178,6 @@ class LlamaCppEngine(EngineBase):
     # -- saved state ------------------------------------------------------------------------
 
     def _save_file(self, path: Path, limit: int) -> int:
-        lib = self._lib
         size = self.state.size()
         if size > limit:
             return 0
@@ -257,47 +226,6 @@ class LlamaCppEngine(EngineBase):
 
     # -- evaluation -------------------------------------------------------------------------
 
-    def _decode(self, tokens: Sequence[int], *, logits_last: bool) -> None:
-        """Evaluate `tokens` after `cache.tokens`, in batches; on failure the state is brought
-        back to what `cache.tokens` says and Cancelled or EngineError is raised."""
-        if self._batcher is not None:
-            self._decode_shared(tokens)
-            return
-        lib, batch, cache = self._lib, self._batch, self.cache
-        for i in range(0, len(tokens), self._n_batch):
-            part = tokens[i: i + self._n_batch]
-            base = len(cache.tokens)
-            for j, tok in enumerate(part):
-                batch.token[j] = tok
-                batch.pos[j] = base + j
-                batch.n_seq_id[j] = 1
-                batch.seq_id[j][0] = 0
-                batch.logits[j] = 0
-            if logits_last and i + len(part) == len(tokens):
-                batch.logits[len(part) - 1] = 1
-            batch.n_tokens = len(part)
-            decoding = len(part) == 1
-            self._threads.before(decoding)
-            began = time.perf_counter()
-            rc = lib.llama_decode(self._ctx, batch)
-            if rc == 0:
-                self._threads.after(decoding, len(part), time.perf_counter() - began)
-            if rc != 0:
-                cache.truncate(base)  # drop what the failed batch left
-                if rc == 2 or self._cancel.is_set():
-                    raise Cancelled
-                raise EngineError(f"llama_decode returned {rc}")
-            cache.tokens.extend(part)
-
-    def _decode_shared(self, tokens: Sequence[int], sample: bool = False) -> Any:
-        """`_decode` through the batcher, sampling the last token's logits when `sample`;
-        the sampled token and its logprob."""
-        if not tokens:
-            return None
-        result = self._feed_batched(tokens, self._sample_at if sample else None)
-        self._own[0] += len(tokens)
-        return result
-
     def _run_step(self, parts: list[Part]) -> int:
         """One batcher step: every part's tokens in one batch (the root's), decoded."""
         batch, j = self._batch, 0
@@ -312,12 +240,42 @@ class LlamaCppEngine(EngineBase):
                 j += 1
         batch.n_tokens = j
         decoding = all(n == 1 for _, _, n in parts)  # each sequence's next token
+        lib, ctx = self._lib, self._ctx
+        if not decoding:  # prompt pieces: a cancel may interrupt them inside llama.cpp
+            self._stepping = parts
+            lib.llama_set_abort_callback(ctx, self._abort_cb, None)
         self._threads.before(decoding)
         began = time.perf_counter()
-        rc = int(self._lib.llama_decode(self._ctx, batch))
+        try:
+            rc = int(lib.llama_decode(ctx, batch))
+        finally:
+            if not decoding:
+                lib.llama_set_abort_callback(ctx, self._no_abort, None)
+                self._stepping = []
         if rc == 0:
             self._threads.after(decoding, j, time.perf_counter() - began)
         return rc
+
+    def _abort_now(self) -> bool:
+        """Whether llama.cpp should stop the step it computes: every sequence in it cancelled."""
+        works = [w for w, _, _ in self._stepping]
+        return bool(works) and all(w.cancel is not None and w.cancel.is_set() for w in works)
+
+    @property
+    def end_tokens(self) -> frozenset[int]:  # type: ignore[override]
+        """Every end-of-generation token of the vocabulary (found once, when first needed)."""
+        ends = getattr(self, "_ends", None)
+        if ends is None:
+            lib, vocab = self._lib, self._vocab
+            ends = self._ends = frozenset(t for t in range(self._n_vocab)
+                                          if lib.llama_vocab_is_eog(vocab, t))
+        return ends
+
+    def is_end(self, token: int) -> bool:
+        return bool(self._lib.llama_vocab_is_eog(self._vocab, token))
+
+    def _peak_memory(self) -> int | None:
+        return peak_rss_bytes()
 
     def _sample_at(self, index: int) -> tuple[int, Any]:
         """This sequence's next token from the logits at batch `index` (inside the step)."""
@@ -332,28 +290,9 @@ class LlamaCppEngine(EngineBase):
             control.accept(tok)
         return tok, logprob
 
-    def _evaluate(self, tokens: list[int]) -> None:
-        if self._batcher is not None:
-            if self._cancel.is_set():
-                raise Cancelled
-            self._decode_shared(tokens)
-            return
-        lib = self._lib
-        lib.llama_set_abort_callback(self._ctx, self._abort_cb, None)
-        try:
-            if self._cancel.is_set():
-                raise Cancelled
-            self._decode(tokens, logits_last=False)
-        finally:
-            lib.llama_set_abort_callback(self._ctx, self._no_abort, None)
-
     def _begin(self, sampling: SamplingSettings, control: TokenControl | None) -> None:
         lib, s = self._lib, sampling
-        if self._batcher is None:
-            lib.llama_synchronize(self._ctx)  # book earlier work before the counters restart
-            lib.llama_perf_context_reset(self._ctx)
-        self._own = [0, time.perf_counter()]
-        self._mark, self._last, self._control = None, None, control
+        self._control = control
         self._free_sampler()
         chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
         add = lambda smpl: lib.llama_sampler_chain_add(chain, smpl)  # noqa: E731
@@ -378,79 +317,6 @@ class LlamaCppEngine(EngineBase):
             seed = s.seed if s.seed is not None else lib.LLAMA_DEFAULT_SEED
             add(lib.llama_sampler_init_dist(seed & 0xFFFFFFFF))
         self._sampler = chain
-
-    def _generate(self, tokens: list[int], opts: ChatOptions, max_new: int) -> Iterator[Step]:
-        if self._batcher is not None:  # with the other sequences: each token in a batcher step
-            with self._batcher.member(self._seq):
-                self._evaluate(tokens[:-1])
-                shared = lambda toks: self._decode_shared(toks, sample=True)  # noqa: E731
-                yield from self._tokens(shared(tokens[-1:]), shared, opts, max_new)
-            return
-        lib, ctx = self._lib, self._ctx
-        self._evaluate(tokens[:-1])
-        lib.llama_set_abort_callback(ctx, self._abort_cb, None)
-        try:
-            self._decode(tokens[-1:], logits_last=True)
-        finally:
-            lib.llama_set_abort_callback(ctx, self._no_abort, None)
-
-        def alone(toks: list[int]) -> tuple[int, Any]:
-            self._decode(toks, logits_last=True)
-            return self._sample_at(-1)
-
-        yield from self._tokens(self._sample_at(-1), alone, opts, max_new)
-
-    def _tokens(self, first: tuple[int, Any], step: Callable[[list[int]], tuple[int, Any]],
-                opts: ChatOptions, max_new: int) -> Iterator[Step]:
-        """The answer's steps from its first sampled (token, logprob); `step([token])` decodes
-        a token and samples the next. Ends at an end-of-generation token or the length cap."""
-        tok, logprob = first
-        utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        sampled = 0
-        while True:
-            if self._mark is None:  # the first token: what came before is prompt processing
-                self._mark = (_counted(self._lib.llama_perf_context(self._ctx))
-                              if self._batcher is None else
-                              (self._own[0], time.perf_counter() - self._own[1]))
-            sampled += 1
-            self._last = tok
-            if self._lib.llama_vocab_is_eog(self._vocab, tok) and not opts.ignore_eos:
-                yield Step(utf8.decode(b"", final=True), "stop")
-                return
-            text = utf8.decode(self._piece(tok))
-            if sampled >= max_new or len(self.cache.tokens) >= self.n_ctx:
-                yield Step(text + utf8.decode(b"", final=True), "length", logprob)
-                return
-            yield Step(text, None, logprob)
-            self._last = None
-            tok, logprob = step([tok])
-
-    def _complete(self) -> None:
-        """Decode the last sampled token: counted, and cached for the next turn."""
-        if self._last is None or len(self.cache.tokens) >= self.n_ctx:
-            return
-        last, self._last = self._last, None
-        try:
-            self._decode([last], logits_last=False)
-            if self._batcher is None:  # llama.cpp books a decode's time when it syncs
-                self._lib.llama_synchronize(self._ctx)
-        except (Cancelled, EngineError):
-            pass
-
-    def _timing(self) -> Timing:
-        if self._batcher is not None:  # this sequence's own figures: the counters are shared
-            n, secs = int(self._own[0]), time.perf_counter() - self._own[1]
-            p_n, p_s = self._mark if self._mark is not None else (n, secs)
-            return Timing(prompt_tokens=int(p_n), prompt_seconds=p_s,
-                          generated_tokens=n - int(p_n), decode_seconds=secs - p_s,
-                          peak_memory_bytes=peak_rss_bytes())
-        p_tok, p_ms = _counted(self._lib.llama_perf_context(self._ctx))
-        g_tok, g_ms = 0, 0.0
-        if self._mark is not None:
-            g_tok, g_ms = p_tok - self._mark[0], p_ms - self._mark[1]
-            p_tok, p_ms = self._mark
-        return Timing(prompt_tokens=p_tok, prompt_seconds=p_ms / 1000.0, generated_tokens=g_tok,
-                      decode_seconds=g_ms / 1000.0, peak_memory_bytes=peak_rss_bytes())
 
     def _piece(self, token: int) -> bytes:
         lib, buf = self._lib, self._piece_buf

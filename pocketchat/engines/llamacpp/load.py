@@ -263,6 +263,6 @@ def _rpc_devices(plan: LoadPlan) -> Any:
 
 
 def _load_error(path: Path, exc: Exception, reasons: list[str]) -> Exception:
-    from pocketchat.engines.base import load_error
+    from pocketchat.engines.loaderror import load_error
 
     return load_error("llama.cpp", path.name, "; ".join(reasons) or str(exc), exc)

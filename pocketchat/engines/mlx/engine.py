@@ -5,53 +5,36 @@ no cut safetensors), then, on a Metal GPU, its weights and KV cache are compared
 recommended working set (`mlxmodel.check_metal_budget`), then `mlx_lm.load` reads it. mlx and
 mlx-lm are imported only here, when an engine is made; without them: `BackendMissing`.
 
-The answer's skeleton (fit, render, prefix cache and checkpoints, think-splitting, stats,
-settling the answer for the next turn) is `base.EngineBase`'s; here:
+The answer's recipe and the token loop are `base.EngineBase`'s; this module is their runtime
+over mlx-lm:
 - the prompt comes from the model's own chat template through the tokenizer
   (`enable_thinking=False` when thinking is off);
 - the prefix cache's state is mlx-lm's per-layer cache (`cache.MlxState`);
-- `mlx_lm.stream_generate` processes the rest of the prompt and samples (`make_sampler` and
-  the penalty processors from the merged sampling settings; ignore_eos masks the end-of-turn
-  tokens' logits); a constrained answer, or one that asks for logprobs, adds a logits
-  processor that runs the shared `TokenControl` (mask and raw logprobs) on each position's
-  logits; cancel() is seen between prompt batches (`plan.n_batch` tokens) and after every
-  token;
-- the stats are mlx-lm's own (`GenerationResponse`): prompt tokens and prompt tok/s, generated
-   tokens and generation tok/s, peak memory. Seconds are derived from them (tokens / tok/s),
-   so `Stats.decode_tok_s` is exactly mlx-lm's generation figure and `prompt_tok_s` its
-   prompt figure. Prompt tokens are the tokens processed for this answer, not the cached ones;
-- with a plan's `parallel` N > 1 and caches mlx-lm can merge (`batch.batchable`), N engines
-  share the model (`sequence_engines()`; this one is sequence 0), each with its own cache,
-  prefix cache and sampler; their tokens go through one `slots.Batcher`: a step evaluates
-  newcomers' prompt pieces on their own caches and feeds the decoding sequences' tokens in
-  one model call over their merged caches (`batch.MlxBatch`, which also owns the one thread
-  all their MLX work runs on); each sequence samples its own row (the same sampler and
-  processors as mlx-lm's loop) and detokenizes as mlx-lm does; the last sampled token is fed
-  at the end (`_complete`), and the stats are the sequence's own counts and clocks, as on
-  llama.cpp. `slots.Slots` is the engine over them. Caches that cannot be merged: one
-  sequence, and `info.parallel_note` says why. With N = 1 none of that exists: the path
-  above is unchanged.
+- every evaluation is a step of the engine's `slots.Batcher` (`_step_parts`): prompt pieces on
+  the sequence's own cache; the token to sample after goes with the piece in one model call
+  (one sequence: `solo`, on this engine's stream), or, with a plan's `parallel` N > 1 and
+  caches mlx-lm can merge (`batch.batchable`), in one call over the decoding sequences'
+  merged caches (`batch.MlxBatch`, which also owns the one thread all their MLX work runs
+  on); N engines share the model then (`sequence_engines()`; this one is sequence 0).
+  Caches that cannot be merged: one sequence, and `info.parallel_note` says why;
+- each sequence samples its own row: the constraint (`TokenControl`: mask and logprobs),
+  mlx-lm's logits processors (bias, penalties) and sampler (`make_sampler`), as mlx-lm's
+  own loop; a token's bytes are llguidance's view of the vocabulary (`_piece`).
 """
 
 from __future__ import annotations
 
 import threading
-import time
+
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable
 
 import numpy as np
 
 from pocketchat.errors import EngineError, PocketchatError
-from pocketchat.engines.base import (
-    Cancelled,
-    EngineBase,
-    SamplingSettings,
-    Step,
-    Timing,
-    load_error,
-)
+from pocketchat.engines.base import EngineBase, SamplingSettings
+from pocketchat.engines.loaderror import load_error
 from pocketchat.engines.constrain.control import TokenControl
 from pocketchat.engines.mlx.batch import MlxBatch, batchable
 from pocketchat.engines.mlx.cache import MlxState
@@ -62,9 +45,9 @@ from pocketchat.engines.mlx.model import (
     kv_cache_bytes,
 )
 from pocketchat.engines.prefix_cache import PrefixCache
-from pocketchat.engines.slots import Batcher, Part
+from pocketchat.engines.slots import Batcher, Part, Work
 from pocketchat.engines.template import CHATML
-from pocketchat.engines.types import ChatOptions, EngineInfo
+from pocketchat.engines.types import EngineInfo
 
 ProgressFn = Callable[[str, float], None]
 END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>")
@@ -117,7 +100,7 @@ class MlxEngine(EngineBase):
         self._step = max(MIN_STEP, min(MAX_STEP, plan.n_batch))
         self._root = self
         self._batch: MlxBatch | None = None
-        self._batcher: Batcher | None = None
+        self._seqs: dict[int, MlxEngine] = {}
         self._tok_lock: Any = nullcontext()
         note = ""
         if plan.parallel > 1:
@@ -126,11 +109,11 @@ class MlxEngine(EngineBase):
             why = batchable(make_prompt_cache(self._model))
             if why is None:
                 self._batch = MlxBatch(self._model, self.device)
-                self._batcher = Batcher(self._run_step, self._step)
-                self._seqs: dict[int, MlxEngine] = {}
                 self._tok_lock = threading.Lock()
             else:
                 note = f"mlx answers one at a time with this model: {why}"
+        self._batcher = Batcher(self._run_step, self._step, solo=self._batch is None)
+        self.end_tokens = frozenset(self._tok.eos_token_ids)
         self._init_sequence(0)
         return EngineInfo(
             backend="mlx",
@@ -149,19 +132,11 @@ class MlxEngine(EngineBase):
         self.state = MlxState(self._model, self._batch.call if self._batch is not None else None)
         self.cache = PrefixCache(self.state, max_count=self.plan.checkpoints)
         self.state.length = lambda: len(self.cache.tokens)
-        self._own = [0, 0.0]  # prompt tokens processed before stream_generate, and seconds
-        self._seen = [0, 0.0]  # prompt tokens stream_generate reported done, when
-        self._last: Any = None  # the latest GenerationResponse
         self._sampling_now: SamplingSettings | None = None
         self._control: TokenControl | None = None
-        if self._batch is not None:  # batched: this sequence's own counts, as on llama.cpp
-            self._fed: list[float] = [0, 0.0]  # tokens this sequence fed this answer, since
-            self._mark: tuple[int, float] | None = None  # (tokens, seconds) at the first token
-            self._unfed: int | None = None  # the last sampled token, fed by _complete
-            self._sampled: tuple[int, Any] = (0, None)  # what the last step sampled for it
-            self._samplers: tuple[Any, list[Any]] = (None, [])
-            self._history: list[int] = []  # what mlx-lm's processors see: prompt and answer
-            self._seqs[seq] = self
+        self._samplers: tuple[Any, list[Any]] = (None, [])
+        self._sampled: tuple[int, Any] = (0, None)  # what the last step sampled for it
+        self._seqs[seq] = self
 
     def sequence_engines(self) -> list["MlxEngine"]:
         """The engines of the sequences decoded together (this one first), sharing the model;
@@ -195,8 +170,7 @@ class MlxEngine(EngineBase):
             if not self._root._closed:
                 self.state.layers = []
             return
-        if self._batcher is not None:  # no step after this
-            self._batcher.close()
+        self._batcher.close()  # no step after this
         self._model = self._tok = None
         self.state.layers = []
         if self._batch is not None:
@@ -235,39 +209,20 @@ class MlxEngine(EngineBase):
 
     # -- one answer -------------------------------------------------------------------------
 
-    def _sampling(self, opts: ChatOptions) -> tuple[Any, list[Any]]:
+    def _sampling(self) -> tuple[Any, list[Any]]:
+        """mlx-lm's sampler and logits processors for the merged sampling settings (the
+        constraint runs beside them: `_sample_row`)."""
         from mlx_lm.sample_utils import make_logits_processors, make_sampler
 
         s = self._sampling_now
         assert s is not None
         sampler = make_sampler(temp=s.temperature, top_p=s.top_p, min_p=s.min_p, top_k=s.top_k)
-        bias = dict(s.logit_bias)
-        if opts.ignore_eos:
-            bias.update({t: float("-inf") for t in self._tok.eos_token_ids})
         processors = make_logits_processors(
-            logit_bias=bias or None,
+            logit_bias=dict(s.logit_bias) or None,
             repetition_penalty=s.repeat_penalty if s.repeat_penalty != 1.0 else None,
             presence_penalty=s.presence_penalty or None,
             frequency_penalty=s.frequency_penalty or None)
-        if self._control is not None:
-            processors.insert(0, self._controller(self._control))
         return sampler, processors
-
-    def _controller(self, control: TokenControl) -> Any:
-        """A logits processor running `control`: mlx-lm calls it for each position before
-        sampling; from the second call on, the last token in `tokens` is the one just sampled."""
-        mx = self._mx
-        calls = [0]
-
-        def process(tokens: Any, logits: Any) -> Any:
-            if calls[0]:
-                control.accept(int(tokens[-1].item()))
-            calls[0] += 1
-            row = np.array(logits[0].astype(mx.float32))
-            control.before(row)
-            return mx.array(row)[None].astype(logits.dtype)
-
-        return process
 
     def _save_file(self, path: Path, limit: int) -> int:
         if self._batch is not None and not self._batch.on_thread():
@@ -309,180 +264,86 @@ class MlxEngine(EngineBase):
         if sampling.seed is not None:
             self._mx.random.seed(sampling.seed)
         self._sampling_now, self._control = sampling, control
-        self._own, self._seen, self._last = [0, 0.0], [0, 0.0], None
+        self._samplers = self._call(self._sampling)
+
+    def _call(self, fn: Any, *args: Any) -> Any:
+        """`fn(*args)` where this engine's MLX work runs: the batch's thread, or here on the
+        engine's stream."""
         if self._batch is not None:
-            self._fed, self._mark, self._unfed = [0, time.perf_counter()], None, None
-
-    def _evaluate(self, tokens: list[int]) -> None:
-        """Process `tokens` into the cache (no sampling), in batches, cancellable between them."""
-        if self._batcher is not None:  # in the batcher's steps, a piece at a time
-            if self._cancel.is_set():
-                raise Cancelled
-            self._feed(tokens)
-            return
-        mx, cache = self._mx, self.cache
-        with mx.stream(self._stream):
-            for i in range(0, len(tokens), self._step):
-                if self._cancel.is_set():
-                    raise Cancelled
-                t0 = time.perf_counter()
-                part = tokens[i: i + self._step]
-                self._model(mx.array(part)[None], cache=self.state.layers)
-                mx.eval([c.state for c in self.state.layers])
-                cache.tokens.extend(part)
-                self._own[:] = [self._own[0] + len(part), self._own[1] + time.perf_counter() - t0]
-        mx.clear_cache()
-
-    def _generate(self, tokens: list[int], opts: ChatOptions, max_new: int) -> Iterator[Step]:
-        if self._batcher is not None:
-            yield from self._generate_batched(tokens, opts, max_new)
-            return
-        from mlx_lm.generate import stream_generate
-
-        cache = self.cache
-        sampler, processors = self._sampling(opts)
-        base = len(cache.tokens)
-        t_rest = time.perf_counter()
-
-        def progress(done: int, total: int) -> None:
-            if done < total:  # at done == total the first answer token is in the cache
-                del cache.tokens[base:]
-                cache.tokens.extend(tokens[:done])
-                self._seen[:] = [done, time.perf_counter() - t_rest]
-                if self._cancel.is_set():
-                    raise Cancelled
-
-        gen = stream_generate(
-            self._model, self._tok, tokens, max_tokens=max_new, sampler=sampler,
-            logits_processors=processors or None, prompt_cache=self.state.layers,
-            prefill_step_size=self._step, prompt_progress_callback=progress,
-            stream=self._stream,
-        )
-        try:
-            for resp in gen:
-                if self._last is None:
-                    cache.tokens[base:] = tokens
-                self._last = resp
-                cache.tokens.append(resp.token)  # mlx-lm has fed every token it returns
-                logprob = self._control.logprob(resp.token) if self._control else None
-                yield Step(resp.text, resp.finish_reason, logprob)
-                if resp.finish_reason is not None:
-                    return
-        finally:
-            gen.close()
-
-    def _timing(self) -> Timing:
-        if self._batch is not None:  # this sequence's own figures
-            n, secs = int(self._fed[0]), time.perf_counter() - self._fed[1]
-            p_n, p_s = self._mark if self._mark is not None else (n, secs)
-            return Timing(prompt_tokens=p_n, prompt_seconds=p_s, generated_tokens=n - p_n,
-                          decode_seconds=secs - p_s,
-                          peak_memory_bytes=int(self._mx.get_peak_memory()))
-        p_tok, p_sec = self._own
-        g_tok, g_sec = 0, 0.0
-        last = self._last
-        if last is not None:
-            p_tok += last.prompt_tokens
-            p_sec += last.prompt_tokens / last.prompt_tps if last.prompt_tps > 0 else 0.0
-            g_tok = last.generation_tokens
-            g_sec = g_tok / last.generation_tps if last.generation_tps > 0 else 0.0
-        else:
-            p_tok += self._seen[0]
-            p_sec += self._seen[1]
-        return Timing(prompt_tokens=p_tok, prompt_seconds=p_sec, generated_tokens=g_tok,
-                      decode_seconds=g_sec, peak_memory_bytes=int(self._mx.get_peak_memory()))
-
-    # -- several sequences decoded together (plan.parallel > 1) --------------------------------
-
-    def _feed(self, tokens: Sequence[int], sample: bool = False) -> Any:
-        """Feed `tokens` to this sequence's cache in the batcher's steps; with `sample`, the
-        (token, logprob) sampled from the last one's logits."""
-        if not tokens:
-            return None
-        result = self._feed_batched(tokens, self._take_sampled if sample else None)
-        self._fed[0] += len(tokens)
-        return result
-
-    def _take_sampled(self, _index: int) -> tuple[int, Any]:
-        return self._sampled
+            return self._batch.call(fn, *args)
+        with self._mx.stream(self._stream):
+            return fn(*args)
 
     def _run_step(self, parts: list[Part]) -> int:
-        """One batcher step, on the MLX thread: prompt pieces on their own caches, the
-        decoding sequences' tokens in one call over the batch, each sampling its row."""
-        return self._batch.call(self._step_parts, parts)  # type: ignore[union-attr]
+        """One batcher step: prompt pieces on their own caches, the sampling sequences' last
+        tokens in one call over the batch (or on their own cache, alone), each sampling its row."""
+        return self._call(self._step_parts, parts)
 
     def _step_parts(self, parts: list[Part]) -> int:
-        mx = self._mx
-        rows: list[tuple[MlxEngine, int]] = []
+        mx, model = self._mx, self._model
+        rows: list[tuple[MlxEngine, Work, int, Any]] = []  # (engine, work, end, logits)
+        batched: list[tuple[MlxEngine, Work, int]] = []
         for work, start, n in parts:
             engine = self._seqs[work.seq]
-            if work.sample is None:
+            end = start + n
+            sampled = work.sample is not None and end == len(work.tokens)
+            tokens = list(work.tokens[start:end])
+            if sampled and self._batch is None:  # alone: the piece and its logits in one call
+                layers = engine.state.layers
+                logits = model(mx.array(tokens)[None], cache=layers)[:, -1, :]
+                rows.append((engine, work, end, logits))
+                continue
+            piece = tokens[:-1] if sampled else tokens
+            if piece:
                 layers = engine.state.layers  # its own (out of the batch, if it was in)
-                self._model(mx.array(work.tokens[start: start + n])[None], cache=layers)
+                model(mx.array(piece)[None], cache=layers)
                 mx.eval([c.state for c in layers])
-            else:
-                rows.append((engine, work.tokens[start]))
-        if rows:
-            logits = self._batch.decode([e.state for e, _ in rows], [t for _, t in rows])  # type: ignore[union-attr]
-            sampled = [engine._sample_row(token, row) for (engine, token), row in zip(rows, logits)]
-            mx.eval(sampled)  # every row's token in one evaluation
-            for (engine, _), token in zip(rows, sampled):
-                chosen = int(token.item())
-                engine._sampled = (chosen, engine._control.logprob(chosen)
-                                   if engine._control else None)
+            if sampled:
+                batched.append((engine, work, end))
+        if batched:
+            logits = self._batch.decode([e.state for e, _, _ in batched],  # type: ignore[union-attr]
+                                        [w.tokens[end - 1] for _, w, end in batched])
+            rows += [(e, w, end, row) for (e, w, end), row in zip(batched, logits)]
+        if not rows:
+            return 0
+        sampled = [engine._sample_row(work, end, row) for engine, work, end, row in rows]
+        mx.eval(sampled)  # every row's token in one evaluation
+        for (engine, _, _, _), token in zip(rows, sampled):
+            chosen = int(token.item())
+            control = engine._control
+            logprob = None
+            if control is not None:
+                logprob = control.logprob(chosen)
+                control.accept(chosen)
+            engine._sampled = (chosen, logprob)
         return 0
 
-    def _sample_row(self, fed: int, logits: Any) -> Any:
-        """The next token (an array, not yet evaluated) from this sequence's logits row, after
-        `fed` was fed: mlx-lm's processors (over the prompt and answer so far) and sampler, as
-        in its own loop."""
+    def _sample_row(self, work: Work, end: int, logits: Any) -> Any:
+        """The next token (an array, not yet evaluated) from this sequence's logits row after
+        `work.tokens[:end]`: the constraint (mask, logprobs), mlx-lm's processors (over the
+        prompt and answer so far) and sampler, as in its own loop."""
         mx = self._mx
         sampler, processors = self._samplers
+        if self._control is not None:
+            row = np.array(logits[0].astype(mx.float32))
+            self._control.before(row)
+            logits = mx.array(row)[None].astype(logits.dtype)
         if processors:
-            self._history.append(fed)
-            tokens = mx.array(self._history)
+            tokens = mx.array([*self.cache.tokens, *work.tokens[:end]])
             for processor in processors:
                 logits = processor(tokens, logits)
         logprobs = logits - mx.logsumexp(logits, keepdims=True)
         return sampler(logprobs)
 
-    def _generate_batched(self, tokens: list[int], opts: ChatOptions, max_new: int
-                          ) -> Iterator[Step]:
-        """The prompt's rest, then each token in a batcher step with the other sequences."""
-        assert self._batcher is not None and self._batch is not None
-        with self._batcher.member(self._seq):
-            self._evaluate(tokens[:-1])
-            self._samplers = self._batch.call(self._sampling, opts)
-            self._history = list(tokens[:-1])
-            detok = self._tok.detokenizer
-            ends = self._tok.eos_token_ids
-            token, logprob = self._feed(tokens[-1:], sample=True)
-            n = 0
-            while True:
-                if self._mark is None:  # the first token: what came before is prompt processing
-                    self._mark = (int(self._fed[0]), time.perf_counter() - self._fed[1])
-                n += 1
-                self._unfed = token
-                if token in ends:
-                    detok.finalize()
-                    yield Step(detok.last_segment, "stop", logprob)
-                    return
-                detok.add_token(token)
-                if n >= max_new:
-                    detok.finalize()
-                    yield Step(detok.last_segment, "length", logprob)
-                    return
-                yield Step(detok.last_segment, None, logprob)
-                self._unfed = None
-                token, logprob = self._feed([token], sample=True)
+    def _sample_at(self, _index: int) -> tuple[int, Any]:
+        return self._sampled
 
-    def _complete(self) -> None:
-        """Batched: feed the last sampled token (counted, and cached for the next turn; mlx-lm's
-        own loop has fed every token it returned)."""
-        if self._batch is None or self._unfed is None or len(self.cache.tokens) >= self.n_ctx:
-            return
-        token, self._unfed = self._unfed, None
-        try:
-            self._feed([token])
-        except (Cancelled, EngineError):
-            pass
+    def _piece(self, token: int) -> bytes:
+        raw = self._token_bytes(token)
+        if raw[:1] == b"\xff":  # a special token: only the thinking tags are text we want
+            text = raw[1:]
+            return text if text in (b"<think>", b"</think>") else b""
+        return raw
+
+    def _peak_memory(self) -> int | None:
+        return int(self._mx.get_peak_memory())

@@ -1,0 +1,145 @@
+"""The prompt of one answer: the conversation fitted, rendered with the model's template, and
+where its stable parts end (the prefix the next prompt shares, a long system message).
+
+`render` is the one caller of the backend's template (`_apply_template`): tools offered (or
+the fallback section for a template without tools), thinking on or off, the template's kwargs,
+and a trailing assistant message continued (a prefill). `plan_prompt` fits the conversation
+into the window and says where the conversation ends before the generation prompt (`stable`,
+checkpointed on a state that cannot be cut back) and where a long first system message ends
+(`shared`, parked for other conversations). `history_tokens` is what every next prompt after a
+conversation starts with (the settling of an answer evaluates it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+from pocketchat.engines.constrain.grammar import offered_tools
+from pocketchat.engines.constrain.tools import knows_tools, template_messages
+from pocketchat.engines.context import fit_messages, reply_reserve
+from pocketchat.engines.prefix_cache import common_prefix
+from pocketchat.engines.template import thinking_prompt
+from pocketchat.engines.thinking import CLOSE_TAG, OPEN_TAG
+from pocketchat.engines.types import ChatOptions, Message
+
+PROBES = ("A", "\n\n", " x", "1")  # next-message stand-ins: where the next prompt is sure to agree
+PRESERVE_THINKING = "preserve_thinking"  # the template kwarg that keeps every turn's reasoning
+PREFILL_MARK = "\u2063pocketchat-prefill\u2063"  # where a prefilled assistant turn's text ends
+CLOSING = "\n\n{line}\n" + CLOSE_TAG + "\n\n"  # how a thought the loop ends is closed
+
+
+@dataclass(frozen=True)
+class PromptPlan:
+    tokens: list[int]
+    messages: tuple[Message, ...]
+    in_thinking: bool
+    dropped: int
+    stable: int | None  # where the conversation ends before the generation prompt
+    prefill: Message | None = None  # a trailing assistant turn the answer continues
+    shared: int | None = None  # where a long first system message ends (a shared prefix)
+
+
+def render(engine: Any, messages: Sequence[Message], thinking: bool, *, generation: bool = True,
+           options: ChatOptions | None = None) -> str:
+    """The prompt text for `messages` (see the module docstring); with `generation`, the
+    assistant's generation prompt, or the continuation of a trailing assistant message
+    (rendered without its end of turn)."""
+    opts = options or ChatOptions(thinking=thinking)
+    tools = offered_tools(opts)
+    kwargs: dict[str, Any] = dict(opts.template_kwargs or {})
+    kwargs["enable_thinking"] = thinking
+    aware = knows_tools(engine.template_source)
+    if tools and aware:
+        kwargs["tools"] = [dict(t) for t in tools]
+    messages = tuple(messages)
+    if generation and messages and messages[-1].role == "assistant":
+        last = messages[-1]
+        marked = (*messages[:-1], replace(last, content=last.content + PREFILL_MARK))
+        text = engine._apply_template(template_messages(marked, tools, aware=aware),
+                                      generation=False, **kwargs)
+        at = text.rfind(PREFILL_MARK)
+        if at >= 0:
+            return text[:at]
+        head = render(engine, messages[:-1], thinking, options=opts)  # a template that drops it
+        return head + last.content
+    text = engine._apply_template(template_messages(messages, tools, aware=aware),
+                                  generation=generation, **kwargs)
+    if generation:
+        text = thinking_prompt(text, thinking=thinking, knows_switch=engine.knows_thinking_switch,
+                               mentions_think=engine.mentions_think)
+    return text
+
+
+def plan_prompt(engine: Any, messages: tuple[Message, ...], opts: ChatOptions) -> PromptPlan:
+    """The conversation fitted into the window (oldest turns out), rendered and tokenized."""
+    rendered: dict[tuple[Message, ...], tuple[str, list[int]]] = {}
+
+    def count(ms: Sequence[Message]) -> int:
+        key = tuple(ms)
+        if key not in rendered:
+            text = render(engine, key, opts.thinking, options=opts)
+            rendered[key] = (text, engine._encode(text))
+        return len(rendered[key][1])
+
+    budget = engine.n_ctx - reply_reserve(engine.n_ctx, opts.max_tokens)
+    fitted = fit_messages(messages, count, budget)
+    count(fitted.messages)
+    text, tokens = rendered[fitted.messages]
+    prefill = fitted.messages[-1] if fitted.messages[-1].role == "assistant" else None
+    before = fitted.messages[:-1] if prefill is not None else fitted.messages
+    stable = None
+    if not engine.cache.trimmable:
+        head = engine._encode(render(engine, before, opts.thinking, generation=False,
+                                     options=opts))
+        if 0 < len(head) < len(tokens) and tokens[: len(head)] == head:
+            stable = len(head)
+    if prefill is None:
+        in_thinking = text.rstrip().endswith(OPEN_TAG)
+    else:  # the prefill may have opened the reasoning without closing it
+        in_thinking = text.rfind(OPEN_TAG) > text.rfind(CLOSE_TAG)
+    return PromptPlan(tokens, fitted.messages, in_thinking, fitted.dropped, stable, prefill,
+                      shared_end(engine, fitted.messages, tokens, opts))
+
+
+def shared_end(engine: Any, messages: tuple[Message, ...], tokens: list[int], opts: ChatOptions
+               ) -> int | None:
+    """Where a first system message (with the tools the template puts beside it) ends in
+    `tokens`, when the prompt cache is on and it is at least `min_shared` tokens long."""
+    pc = engine.prompt_cache
+    if not pc.enabled or len(messages) < 2 or messages[0].role != "system":
+        return None
+    key = repr((messages[0], opts.thinking, opts.tools, opts.template_kwargs))
+    memo = getattr(engine, "_shared_memo", None)
+    if memo is not None and memo[0] == key:
+        head = memo[1]
+    else:
+        try:  # a template may refuse a conversation without a user message
+            head = engine._encode(render(engine, messages[:1], opts.thinking, generation=False,
+                                         options=opts))
+        except Exception:  # noqa: BLE001 - then no shared prefix is kept
+            head = []
+        engine._shared_memo = (key, head)  # the same system message turn after turn
+    if pc.min_shared <= len(head) < len(tokens) and tokens[: len(head)] == head:
+        return len(head)
+    return None
+
+
+def history_tokens(engine: Any, messages: Sequence[Message], thinking: bool,
+                   options: ChatOptions | None = None) -> list[int]:
+    """The tokens every next prompt after `messages` starts with: the conversation as the
+    template renders it in the history, up to where the next user message's text goes."""
+    shared: list[int] | None = None
+    for probe in PROBES:
+        toks = engine._encode(render(engine, (*messages, Message("user", probe)), thinking,
+                                     generation=False, options=options))
+        shared = toks if shared is None else shared[: common_prefix(shared, toks)]
+    return shared or []
+
+
+def closing_tokens(engine: Any, line: str) -> list[int]:
+    """The tokens that close a thought the loop ends: `line`, then the end-of-thinking tag as
+    the template writes it after a thought (empty when the model does not think)."""
+    if not engine.thinks:
+        return []
+    return engine._encode(CLOSING.format(line=line))
