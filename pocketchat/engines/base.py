@@ -35,7 +35,7 @@ from pocketchat.engines.answer import AnswerStream, Piece, TextStream
 from pocketchat.engines.constrain.control import TokenControl
 from pocketchat.engines.constrain.request import call_parser, token_control
 from pocketchat.engines.context import reply_reserve
-from pocketchat.engines.loop import CLOSING_LINE, Meter, Step, Thought, steps
+from pocketchat.engines.loop import CLOSING_LINE, Cancelled, Meter, Step, Thought, steps
 from pocketchat.engines.prefix_cache import PrefixCache
 from pocketchat.engines.prompt_cache import PromptCache
 from pocketchat.engines.rate import RecentRate
@@ -50,10 +50,6 @@ from pocketchat.types import LoadPlan
 
 ProgressFn = Callable[[str, float], None]
 __all__ = ["Cancelled", "EngineBase", "SamplingSettings", "Step"]
-
-
-class Cancelled(Exception):
-    """Raised inside a backend's evaluation when cancel() was called."""
 
 
 @dataclass

@@ -27,6 +27,11 @@ from typing import Callable, Iterator, Protocol, Sequence
 from pocketchat.engines.types import ThinkingEnd, TokenLogprob
 
 CLOSING_LINE = "Time is up, so I answer now."
+
+
+class Cancelled(Exception):
+    """Raised inside a backend's evaluation when cancel() was called."""
+
 ANSWER_ROOM = 256  # at most this many tokens are kept for the answer when max_tokens is near
 
 
@@ -118,19 +123,40 @@ def steps(rt: Runtime, last: Sequence[int], *, max_new: int, room: Callable[[], 
     """The answer's steps: `last` (the prompt's last tokens) fed and the first token sampled,
     then each token's text until an end-of-generation token, `max_new` tokens, or no `room()`
     left in the context. `in_thinking()` says whether the answer is inside its reasoning after
-    the text yielded so far; `pending[0]` is set to the last sampled token, which is not fed."""
+    the text yielded so far; `pending[0]` is set to the last sampled token, which is not fed.
+    An end of turn inside the thought closes the thought instead (the answer follows)."""
     utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
     pending = pending if pending is not None else [0]
     tok, logprob = rt.feed(last, sample=True)  # type: ignore[misc]
     meter.first()
     made = 0
+
+    def close(why: ThinkingEnd) -> Step | None:
+        """The closing as a step (fed with the next token), or None when it does not fit."""
+        assert thought is not None
+        closing = thought.closing
+        if not closing or made + len(closing) + 1 > max_new or room() <= len(closing) + 1:
+            return None
+        rt.accept(closing)
+        thought.tokens += len(closing)
+        thought.end = why
+        return Step(utf8.decode(b"".join(rt.piece(t) for t in closing)), None, None,
+                    forced=True, tokens=len(closing))
+
     while True:
         made += 1
         pending[:] = [tok]
-        if rt.is_end(tok):
-            yield Step(utf8.decode(b"", final=True), "stop")
-            return
         thinking = thought is not None and in_thinking()
+        if rt.is_end(tok):
+            forced = close("budget") if thinking else None
+            if forced is None:
+                yield Step(utf8.decode(b"", final=True), "stop")
+                return
+            made += forced.tokens - 1  # the end token is not part of the answer
+            yield forced
+            pending[:] = []
+            tok, logprob = rt.feed(thought.closing, sample=True)  # type: ignore[union-attr,misc]
+            continue
         text = utf8.decode(rt.piece(tok))
         if made >= max_new or room() <= 0:
             yield Step(text + utf8.decode(b"", final=True), "length", logprob)
@@ -141,18 +167,12 @@ def steps(rt: Runtime, last: Sequence[int], *, max_new: int, room: Callable[[], 
             thought.tokens += 1
             if in_thinking():
                 why = thought.due(made, max_new)
-                if why and room() > len(thought.closing) + 1:
-                    closing = thought.closing
-                    rt.accept(closing)
-                    thought.tokens += len(closing)
-                    thought.end = why
-                    made += len(closing)
-                    feed += closing
-                    closed = b"".join(rt.piece(t) for t in closing)
-                    yield Step(utf8.decode(closed), None, None, forced=True,
-                               tokens=len(closing))
+                forced = close(why) if why else None
+                if forced is not None:
+                    made += forced.tokens
+                    feed += thought.closing
+                    yield forced
             elif not thought.end:
                 thought.end = "model"
         pending[:] = []
         tok, logprob = rt.feed(feed, sample=True)  # type: ignore[misc]
-

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pocketchat.engines.loop import Cancelled
 from pocketchat.engines.render import PRESERVE_THINKING, PromptPlan, history_tokens
 from pocketchat.engines.types import ChatOptions, Message
 
@@ -14,8 +15,6 @@ def settle(engine: Any, plan: PromptPlan, answer: str, calls: tuple, opts: ChatO
     """Evaluate the answer as the next prompt will hold it (errors only cost the reuse). Its
     reasoning goes with it when the request keeps reasoning in the history
     (`preserve_thinking`: the caller sends it back as `reasoning_content`)."""
-    from pocketchat.engines.base import Cancelled
-
     reasoning = thinking if (opts.template_kwargs or {}).get(PRESERVE_THINKING) else ""
     if not (answer or calls or reasoning) or engine._closed:
         return
