@@ -38,8 +38,9 @@ class Piece:
 class AnswerStream:
     """See the module docstring; `parser` is None when no tools are offered."""
 
-    def __init__(self, *, in_thinking: bool, parser: ToolCallParser | None = None) -> None:
-        self.splitter = ThinkSplitter(in_thinking=in_thinking)
+    def __init__(self, *, in_thinking: bool, parser: ToolCallParser | None = None,
+                 answer_started: bool = False) -> None:
+        self.splitter = ThinkSplitter(in_thinking=in_thinking, answer_started=answer_started)
         self.parser = parser
         self.text: list[str] = []  # the answer's content so far (tool calls left out)
         self.thinking: list[str] = []  # its reasoning so far

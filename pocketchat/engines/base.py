@@ -1,71 +1,35 @@
-"""What every backend shares: the harness and the recipe of one answer.
-
-One answer (`EngineBase._answer`), each step in the module named for it:
-1. the prompt: the conversation fitted into the window and rendered (`render.plan_prompt`),
-   or a raw prompt's tokens as given (`complete`); the answer's mask and logprobs and its
-   tool-call parser (`constrain.request`);
-2. reuse: the prompt cache across conversations (`prompt_cache.PromptCache`) and the prefix
-   cache (`prefix_cache.PrefixCache`) keep the longest part of the state the prompt shares;
-3. the rest of the prompt is fed in pieces with a `Chunk.progress` between them; a long
-   system message is parked for other conversations and, on a state that cannot be cut back,
-   a checkpoint is taken where the conversation ends (`_read_prompt`);
-4. the token loop (`loop.steps`): sampling, the ends, the thought's budget; the text goes
-   through `answer.AnswerStream` (reasoning split off, tool calls parsed);
-5. the final chunk carries the stats and why the answer stopped; after it, when the caller
-   reads on, the state is settled for the next turn (`settle.settle`).
+"""What every backend shares: the harness (busy lock, cancel, close, feeding the sequence)
+and the hooks of its runtime; one answer's recipe is `answering.answer`.
 
 A backend implements its runtime: `_load`, `_apply_template`, `_encode`, `_prompt_tokens`,
 `_begin` (the sampler), `_run_step` (decode a step's parts: `slots.Part`), `_sample_at` (the
 next token at a batch index), `_piece` (a token's bytes), `end_tokens`, `_ll_tokenizer`,
 `_token_bytes`, `_free`, and its state operations (`cache`, `_save_file`, `_load_file`). Its
-sequences are fed through one `slots.Batcher` (`solo` for a context of one sequence).
+sequences are fed through one `slots.Batcher` (`solo` for a context of one sequence); the
+token loop (`loop.steps`) and everything after it are the same for every backend.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Generator, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
-from pocketchat.errors import ContextOverflow, EngineError, UnsupportedRequest
-from pocketchat.engines import saved_state
-from pocketchat.engines.answer import AnswerStream, Piece, TextStream
+from pocketchat.errors import EngineError
+from pocketchat.engines import answering, saved_state
 from pocketchat.engines.constrain.control import TokenControl
-from pocketchat.engines.constrain.request import call_parser, token_control
-from pocketchat.engines.context import reply_reserve
-from pocketchat.engines.loop import CLOSING_LINE, Cancelled, Meter, Step, Thought, steps
+from pocketchat.engines.loop import Cancelled, Meter, Step
 from pocketchat.engines.prefix_cache import PrefixCache
 from pocketchat.engines.prompt_cache import PromptCache
-from pocketchat.engines.rate import RecentRate
-from pocketchat.engines.render import (PromptPlan, closing_tokens, history_tokens, plan_prompt,
-                                       render)
-from pocketchat.engines.sampling import SamplingSettings, merge_sampling
-from pocketchat.engines.settle import settle
+from pocketchat.engines.render import history_tokens, render
+from pocketchat.engines.sampling import SamplingSettings
 from pocketchat.engines.slots import Batcher, StepAborted, StepCancelled, Work
-from pocketchat.engines.types import (ChatOptions, Chunk, EngineInfo, Message, PromptProgress,
-                                      Stats, StopReason)
+from pocketchat.engines.types import ChatOptions, Chunk, EngineInfo, Message
 from pocketchat.types import LoadPlan
 
 ProgressFn = Callable[[str, float], None]
 __all__ = ["Cancelled", "EngineBase", "SamplingSettings", "Step"]
-
-
-@dataclass
-class Progress:
-    """One answer's figures as it goes (what its chunks' stats are made of)."""
-
-    plan: PromptPlan
-    started: float
-    prepared: int  # tokens evaluated after the previous answer, for this one
-    kept: int = 0  # tokens of the prompt reused from the cache
-    ttft: float | None = None
-    settled: bool = False  # the state ended where this prompt could go on (a boundary)
-    rate: RecentRate = field(default_factory=RecentRate)  # decode tok/s of the last seconds
-    meter: Meter = field(default_factory=Meter)
-    thought: Thought | None = None
-    generated: int = 0
 
 
 class EngineBase:
@@ -294,167 +258,14 @@ class EngineBase:
         self._busy.release()
         return False
 
-    def _setup(self, messages: tuple[Message, ...], opts: ChatOptions,
-               prompt: str | Sequence[int] | None) -> tuple[PromptPlan, Any, Any]:
-        """The prompt's plan, the token control and the answer's text stream."""
-        if prompt is not None:  # raw: encoded as is; a checkpoint just before its last token
-            tokens = self._prompt_tokens(prompt)
-            if not tokens:
-                raise UnsupportedRequest("the prompt is empty and this model has no "
-                                         "beginning-of-text token to start from", param="prompt")
-            budget = self.n_ctx - reply_reserve(self.n_ctx, opts.max_tokens)
-            if len(tokens) > budget:
-                raise ContextOverflow(len(tokens), budget)
-            stable = len(tokens) - 1 if not self.cache.trimmable and len(tokens) > 1 else None
-            control = (None if opts.logprobs is None else
-                       TokenControl(token_bytes=self._token_bytes, top=opts.logprobs))
-            return PromptPlan(tokens, (), False, 0, stable), control, TextStream()
-        plan = plan_prompt(self, messages, opts)
-        control = token_control(self, plan, opts)
-        return plan, control, AnswerStream(in_thinking=plan.in_thinking,
-                                           parser=call_parser(self, opts))
-
     def _answer(self, messages: tuple[Message, ...], opts: ChatOptions,
                 prompt: str | Sequence[int] | None = None) -> Iterator[Chunk]:
-        started = time.perf_counter()
-        prepared, settled = self._prepared, self._settled
-        self._prepared, self._settled = 0, False
-        try:
-            plan, control, out = self._setup(messages, opts, prompt)
-        except Exception as exc:  # noqa: BLE001 - a request it cannot take ends with an error chunk
-            yield Chunk.failed(exc, Stats(context_limit=self.n_ctx), prefix=f"{self.label} failed: ")
-            return
-        progress = Progress(plan, started, prepared, settled=settled)
-        if prompt is None and opts.thinking and self.thinks:
-            progress.thought = Thought(closing_tokens(self, CLOSING_LINE),
-                                       opts.thinking_budget, self._end_thought)
-        try:
-            finish, last = yield from self._produce(plan, opts, progress, out, control)
-        except Exception as exc:  # noqa: BLE001 - a failed answer ends with an error chunk
-            self.cache.reset()  # stopped mid-computation: its state is unknown
-            yield Chunk.failed(exc, self._stats(progress), prefix=f"{self.label} failed: ")
-            return
-        if finish in ("stop", "length"):
-            self._feed_pending()
-        last = last + out.flush()
-        reason: StopReason = finish  # type: ignore[assignment]
-        if finish == "length":
-            capped = opts.max_tokens is not None and progress.generated >= max(opts.max_tokens, 0)
-            reason = "cap" if capped else "context"
-        elif finish == "stop" and getattr(out, "calls", None):
-            finish = reason = "tool_calls"
-        stats = replace(self._stats(progress), stop_reason=reason)
-        yield Chunk(text=last.text, thinking=last.thinking, stats=stats,
-                    finish_reason=finish,  # type: ignore[arg-type]
-                    tool_calls=last.calls, logprobs=last.logprobs)
-        if (prompt is None and finish in ("stop", "length", "tool_calls")
-                and not self._cancel.is_set()):
-            settle(self, plan, "".join(out.text), tuple(out.calls), opts, "".join(out.thinking))
-
-    def _produce(self, plan: PromptPlan, opts: ChatOptions, progress: Progress, out: Any,
-                 control: TokenControl | None) -> Generator[Chunk, None, tuple[str, Piece]]:
-        """Reuse what the cache holds, evaluate the rest, run the token loop; yields the
-        chunks before the last and returns the finish reason and the last piece."""
-        tokens = plan.tokens
-        max_new = self.n_ctx - len(tokens)
-        if opts.max_tokens is not None:
-            max_new = min(max_new, max(opts.max_tokens, 0))
-        self._meter = progress.meter
-        self._pending = []
-        self._begin(merge_sampling(self.plan.sampling, opts, self.end_tokens), control)
-        self._control = control
-        if self.prompt_cache.prepare(self.cache, tokens, at_boundary=progress.settled):
-            progress.prepared = 0  # another conversation's state: none prepared for it
-        progress.kept = start = self.cache.prepare(tokens).keep
-        if max_new <= 0:
-            return "length", Piece()
-        loop = None
-        try:
-            with self._batcher.member(self._seq):
-                start = yield from self._read_prompt(plan, start, progress)
-                loop = steps(self, tokens[start:], max_new=max_new, meter=progress.meter,
-                             room=lambda: self.n_ctx - len(self.cache.tokens),
-                             thought=progress.thought, pending=self._pending,
-                             in_thinking=lambda: bool(getattr(out, "in_thinking", False)))
-                for step in loop:
-                    progress.generated += step.tokens
-                    progress.rate.add(progress.generated)
-                    if progress.ttft is None:
-                        progress.ttft = time.perf_counter() - progress.started
-                    piece = out.feed(step.text, step.logprob)
-                    if step.finish is not None:
-                        return step.finish, piece
-                    if piece:
-                        yield Chunk(text=piece.text, thinking=piece.thinking,
-                                    tool_calls=piece.calls, logprobs=piece.logprobs,
-                                    stats=self._stats(progress))
-                    if self._cancel.is_set():
-                        return "cancelled", Piece()
-                    if piece.calls and not opts.parallel_tool_calls:
-                        return "stop", Piece()  # one call was asked for: the answer ends with it
-        except Cancelled:
-            return "cancelled", Piece()
-        finally:
-            if loop is not None:
-                loop.close()
-        return ("cancelled" if self._cancel.is_set() else "stop"), Piece()
-
-    def _read_prompt(self, plan: PromptPlan, start: int, progress: Progress
-                     ) -> Generator[Chunk, None, int]:
-        """Evaluate the prompt from `start` to before its last token (a piece also ends where
-        a long system message does, parked, and at `plan.stable`, checkpointed); a long one
-        piece by piece with a progress chunk first and after each; returns where it stopped."""
-        tokens, shared, stable = plan.tokens, plan.shared, plan.stable
-        end, at, began = len(tokens) - 1, start, time.perf_counter()
-        piece = max(1, min(int(getattr(self.plan, "n_batch", 512) or 512), self.n_ctx))
-        long = end - start + 1 > piece
-
-        def report() -> Chunk:
-            done = PromptProgress(at - start, len(tokens) - start, time.perf_counter() - began)
-            return Chunk(stats=self._stats(progress), progress=done)
-
-        if long:
-            yield report()
-        while at < end:
-            marks = [m for m in (shared, stable) if m is not None and at < m <= end]
-            stop = min([end] + marks + ([at + piece] if long else []))
-            self.feed(tokens[at:stop])
-            at = stop
-            if at == shared:
-                self.prompt_cache.park(self.cache.ops, tokens[:shared], shared=True)
-            if at == stable:
-                self.cache.save_checkpoint()
-            if long:
-                yield report()
-        return at
-
-    def _feed_pending(self) -> None:
-        """Feed the last sampled token: counted, and cached for the next turn."""
-        if not self._pending or len(self.cache.tokens) >= self.n_ctx:
-            return
-        last, self._pending[:] = list(self._pending), []
-        try:
-            self.feed(last)
-        except (Cancelled, EngineError):
-            pass
+        """One answer's chunks (`answering.answer`)."""
+        return answering.answer(self, messages, opts, prompt)
 
     def _threads_now(self) -> tuple[int, int, str]:
         """(CPU threads decoding now, the plan's count, why they moved); zeros: no such count."""
         return 0, 0, ""
-
-    def _stats(self, progress: Progress) -> Stats:
-        p_n, p_s, g_n, g_s = progress.meter.split()
-        threads, full, note = self._threads_now()
-        thought = progress.thought
-        return Stats(prompt_tokens=p_n, prompt_seconds=p_s, generated_tokens=g_n,
-                     decode_seconds=g_s, ttft_seconds=progress.ttft,
-                     context_used=len(self.cache.tokens), context_limit=self.n_ctx,
-                     dropped_messages=progress.plan.dropped, peak_memory_bytes=self._peak_memory(),
-                     prompt_length=len(progress.plan.tokens), reused_tokens=progress.kept,
-                     prepared_tokens=min(progress.prepared, progress.kept),
-                     recent_tok_s=progress.rate.tok_s(), threads=threads, threads_full=full,
-                     threads_note=note, thinking_tokens=thought.tokens if thought else 0,
-                     thinking_end=thought.end if thought else "")
 
     # -- saved state (--continue) and the history --------------------------------------------
 

@@ -127,8 +127,6 @@ def steps(rt: Runtime, last: Sequence[int], *, max_new: int, room: Callable[[], 
     An end of turn inside the thought closes the thought instead (the answer follows)."""
     utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
     pending = pending if pending is not None else [0]
-    tok, logprob = rt.feed(last, sample=True)  # type: ignore[misc]
-    meter.first()
     made = 0
 
     def close(why: ThinkingEnd) -> Step | None:
@@ -143,6 +141,16 @@ def steps(rt: Runtime, last: Sequence[int], *, max_new: int, room: Callable[[], 
         return Step(utf8.decode(b"".join(rt.piece(t) for t in closing)), None, None,
                     forced=True, tokens=len(closing))
 
+    first = list(last)
+    if thought is not None and in_thinking():  # no room for a thought at all: closed at once
+        why = thought.due(0, max_new)
+        forced = close(why) if why else None
+        if forced is not None:
+            made += forced.tokens
+            first += thought.closing
+            yield forced
+    tok, logprob = rt.feed(first, sample=True)  # type: ignore[misc]
+    meter.first()
     while True:
         made += 1
         pending[:] = [tok]

@@ -35,12 +35,13 @@ class ThinkSplitter:
     after `</think>`) is dropped, so neither part starts with stray blank lines.
     """
 
-    def __init__(self, *, in_thinking: bool = False, strip: bool = True) -> None:
+    def __init__(self, *, in_thinking: bool = False, strip: bool = True,
+                 answer_started: bool = False) -> None:
         self.in_thinking = in_thinking
         self._strip = strip
         self._pending = ""
         self._after_tag = in_thinking  # drop leading whitespace of the next segment
-        self._answer_started = False
+        self._answer_started = answer_started  # a prefilled answer goes on: nothing to strip
         self.saw_thinking = in_thinking
 
     def feed(self, delta: str) -> tuple[str, str]:
