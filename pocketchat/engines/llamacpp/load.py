@@ -152,13 +152,16 @@ def guard_model_params(params: Any, *, repack: bool = True) -> None:
 
 def new_llama(path: Path | str, *, repack: bool = True,
               model_setup: Callable[[Any], None] | None = None,
-              context_setup: Callable[[Any], None] | None = None, **kwargs: Any) -> Any:
+              context_setup: Callable[[Any], None] | None = None, n_rs_seq: int = 0,
+              **kwargs: Any) -> Any:
     """A `llama_cpp.Llama(model_path=path, verbose=False, **kwargs)` with the engine's guards.
 
     The only place in the tree that calls `Llama(`: tests and benchmarks build their reference
     or bare-anchor models here too, so they carry the same guards and nothing else of
     pocketchat's. `model_setup` / `context_setup` see the params `Llama()` builds (fields it has
     no argument for); the guards are applied after `model_setup`, so it cannot undo them.
+    `n_rs_seq`: recurrent-state snapshots per sequence, for rolling back a rejected draft
+    (`rollback.py`; llama.cpp ignores it for architectures it cannot roll back).
     """
     llama_cpp = import_llama()
 
@@ -167,11 +170,17 @@ def new_llama(path: Path | str, *, repack: bool = True,
             model_setup(params)
         guard_model_params(params, repack=repack)
 
+    def setup_context(params: Any) -> None:
+        if context_setup is not None:
+            context_setup(params)
+        if n_rs_seq:
+            params.n_rs_seq = max(0, int(n_rs_seq))
+
     kwargs.setdefault("verbose", False)
     with contextlib.ExitStack() as stack:
         stack.enter_context(model_params_hook(setup))
-        if context_setup is not None:
-            stack.enter_context(context_params_hook(context_setup))
+        if context_setup is not None or n_rs_seq:
+            stack.enter_context(context_params_hook(setup_context))
         return llama_cpp.Llama(model_path=str(path), **kwargs)
 
 
