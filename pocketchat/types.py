@@ -188,6 +188,10 @@ class LoadPlan:
     parallel: int = 1  # sequences loaded and decoded together; each has n_ctx tokens
     serve_parallel: int = 1  # what `serve` loads by default: the sequences the memory holds
     prompt_cache_bytes: int = 0  # parked states of other conversations (0: off)
+    # Drafted tokens verified in one step (`--draft`): "auto" drafts from the conversation
+    # while it pays here (engines/draft/policy.py), "ngram" drafts always, "off" never.
+    draft: str = "off"
+    draft_depth: int = 4  # the most drafted tokens a step verifies (recurrent snapshots kept)
     sampling: Sampling = field(default_factory=Sampling)
     notes: tuple[str, ...] = ()  # what the plan changed from the request, for the user
     # Pooling over llama.cpp's RPC backend: each helper's HOST:PORT and the transformer

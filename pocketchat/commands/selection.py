@@ -32,6 +32,7 @@ class Selection:
     offline: bool = False
     yes: bool = False
     rpc: tuple[str, ...] = ()  # helpers (HOST:PORT) to pool with over llama.cpp's RPC backend
+    draft: str | None = None  # --draft auto|off|ngram (None: the plan's default)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "Selection":
@@ -59,7 +60,9 @@ class Selection:
         """`plan` with what the user fixed beyond the planner's choice: `--threads N` pins
         the count (the engine does not adapt it to a busy machine)."""
         if self.threads is not None and not plan.threads_pinned:
-            return replace(plan, threads_pinned=True)
+            plan = replace(plan, threads_pinned=True)
+        if self.draft is not None and self.draft != plan.draft:
+            plan = replace(plan, draft=self.draft)
         return plan
 
     def with_model(self, model: str) -> "Selection":
@@ -119,6 +122,11 @@ def add_selection_args(p: argparse.ArgumentParser, *, model: bool = True) -> Non
                    help="CPU threads, fixed (default: the physical cores, at most 32, fewer "
                         "while other programs keep the cores busy)")
     p.add_argument("--backend", choices=["llama.cpp", "mlx"], help="force a backend")
+    p.add_argument("--draft", choices=["auto", "off", "ngram"],
+                   help="drafted tokens verified in one step (llama.cpp): auto drafts from the "
+                        "conversation while it measures faster here, ngram always, off never "
+                        "(default off); drafting turns flash attention on, so greedy answers "
+                        "are token for token those without drafts")
     if model:
         p.add_argument("--model", metavar="X",
                        help="a build id, REPO:QUANT, REPO/FILE, a local .gguf or 'starter'")

@@ -121,8 +121,11 @@ def _produce(engine: Any, plan: PromptPlan, opts: ChatOptions, progress: Progres
         max_new = min(max_new, max(opts.max_tokens, 0))
     engine._meter = progress.meter
     engine._pending = []
-    engine._begin(merge_sampling(engine.plan.sampling, opts, engine.end_tokens), control)
+    ends = engine.end_tokens if opts.ignore_eos else ()
+    engine._begin(merge_sampling(engine.plan.sampling, opts, ends), control)
     engine._control = control
+    if engine._drafting is not None:
+        engine._drafting.begin()
     if engine.prompt_cache.prepare(engine.cache, tokens, at_boundary=progress.settled):
         progress.prepared = 0  # another conversation's state: none prepared for it
     progress.kept = start = engine.cache.prepare(tokens).keep
@@ -212,5 +215,13 @@ def stats(engine: Any, progress: Progress, *, final: bool = False) -> Stats:
                  prepared_tokens=min(progress.prepared, progress.kept),
                  recent_tok_s=progress.rate.tok_s(), threads=threads, threads_full=full,
                  threads_note=note, thinking_tokens=thought.tokens if thought else 0,
-                 thinking_end=thought.end if thought else "")
+                 thinking_end=thought.end if thought else "", **_draft_figures(engine))
+
+
+def _draft_figures(engine: Any) -> dict[str, int]:
+    drafting = engine._drafting
+    if drafting is None:
+        return {}
+    f = drafting.figures
+    return {"draft_steps": f.steps, "drafted_tokens": f.drafted, "accepted_tokens": f.accepted}
 

@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator, Sequence
 from pocketchat.errors import EngineError
 from pocketchat.engines import answering, saved_state
 from pocketchat.engines.constrain.control import TokenControl
+from pocketchat.engines.draft.verify import accept
 from pocketchat.engines.loop import Cancelled, Meter, Step
 from pocketchat.engines.prefix_cache import PrefixCache
 from pocketchat.engines.prompt_cache import PromptCache
@@ -88,6 +89,7 @@ class EngineBase:
         self._prepared = 0  # tokens evaluated after the previous answer, for the next one
         self._settled = False  # the state ends where the next prompt goes on (see settle)
         self._pending: list[int] = []  # the last sampled token, fed after the answer
+        self._drafting: Any = None  # draft.drafting.Drafting, for a backend that verifies drafts
         self._meter = Meter()
 
     # -- Engine -----------------------------------------------------------------------------
@@ -175,17 +177,20 @@ class EngineBase:
 
     # -- feeding the sequence ---------------------------------------------------------------
 
-    def feed(self, tokens: Sequence[int], *, sample: bool = False) -> Any:
+    def feed(self, tokens: Sequence[int], *, sample: bool | Callable[[int], Any] = False,
+             logits: int = 1) -> Any:
         """Decode `tokens` after `cache.tokens` in the batcher's steps, keeping `cache.tokens`
-        what the state holds; with `sample`, the (token, logprob) sampled at the last one.
+        what the state holds; with `sample`, the (token, logprob) sampled at the last one (or
+        what `sample(batch index of the last)` returns, with `logits` trailing positions read).
         A cancel keeps the decoded part and raises Cancelled; a failed step's part is cut."""
         if not tokens:
             return None
         if self._cancel.is_set():
             raise Cancelled
         cache, began = self.cache, time.perf_counter()
-        work = Work(self._seq, list(tokens), len(cache.tokens),
-                    sample=self._sample_at if sample else None, cancel=self._cancel)
+        pick = sample if callable(sample) else (self._sample_at if sample else None)
+        work = Work(self._seq, list(tokens), len(cache.tokens), sample=pick,
+                    cancel=self._cancel, logits=logits)
         try:
             result = self._batcher.decode(work)
         except StepCancelled as exc:
@@ -205,6 +210,55 @@ class EngineBase:
 
     def _evaluate(self, tokens: Sequence[int]) -> None:
         self.feed(tokens)
+
+    def advance(self, tokens: Sequence[int], limit: int) -> list[tuple[int, Any]]:
+        """Feed `tokens` and sample what follows: one token, or, with drafts (at most `limit`
+        drafted tokens verified in the same step), the accepted drafts (fed) and the
+        correction or bonus token (not fed), each with its logprob."""
+        drafting = self._drafting
+        drafts = (drafting.propose([*self.cache.tokens, *tokens], limit)
+                  if drafting is not None and limit > 0 else [])
+        began = time.perf_counter()
+        if not drafts:
+            out = [self.feed(tokens, sample=True)]
+            if drafting is not None:
+                drafting.record(0, 0, time.perf_counter() - began)
+            return out
+        out = self.verify(tokens, drafts)
+        drafting.record(len(drafts), len(out) - 1, time.perf_counter() - began)  # type: ignore[union-attr]
+        return out
+
+    def verify(self, tokens: Sequence[int], drafts: Sequence[int]) -> list[tuple[int, Any]]:
+        """Feed `tokens` and `drafts` in one step, sampling in order at each drafted position
+        while the model agrees (`draft.verify.accept`); the rejected drafts are rolled back.
+        The accepted drafts and the correction (or bonus) token, with their logprobs."""
+        drafted, logprobs = list(drafts), []
+
+        def check(last: int) -> Any:
+            first = last - len(drafted)
+
+            def at(i: int) -> int:
+                token, logprob = self._sample_at(first + i)
+                logprobs.append(logprob)
+                return token
+
+            return accept(drafted, at)
+
+        base = len(self.cache.tokens)
+        self._before_draft(base)
+        verdict = self.feed([*tokens, *drafted], sample=check, logits=len(drafted) + 1)
+        keep = base + len(tokens) + verdict.accepted
+        if keep < len(self.cache.tokens):
+            self._meter.fed -= len(self.cache.tokens) - keep  # rejected: never part of the answer
+            self._roll_back(keep)
+        return list(zip(verdict.tokens, logprobs))
+
+    def _before_draft(self, pos: int) -> None:
+        """Before a verification step whose first token lands at `pos`."""
+
+    def _roll_back(self, keep: int) -> None:
+        """Keep the first `keep` tokens of the state after a verification step."""
+        self.cache.truncate(keep)
 
     def piece(self, token: int) -> bytes:
         return self._piece(token)

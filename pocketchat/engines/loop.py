@@ -20,6 +20,7 @@ end the generation. The loop owns the rest, once:
 from __future__ import annotations
 
 import codecs
+from collections import deque
 import threading
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Protocol, Sequence
@@ -54,6 +55,11 @@ class Runtime(Protocol):
 
     def accept(self, tokens: Sequence[int]) -> None:
         """Tokens fed as if sampled (a forced closing): the answer's constraint sees them."""
+        ...
+
+    def advance(self, tokens: Sequence[int], limit: int) -> list[tuple[int, TokenLogprob | None]]:
+        """Feed `tokens` and sample what follows: one token, or with up to `limit` drafted
+        tokens verified in the same step, the accepted ones (fed) and one more (not fed)."""
         ...
 
 
@@ -115,6 +121,16 @@ class Thought:
             return "budget"  # the length cap would end inside the thought: the answer keeps room
         return ""
 
+    def headroom(self, generated: int, max_new: int) -> int:
+        """Tokens the thought may still take before it must close (drafts stay within it)."""
+        if not self.closing:
+            return max_new
+        left = max_new - generated - len(self.closing) - 1
+        left -= max(1, min(ANSWER_ROOM, (max_new - len(self.closing)) // 4))
+        if self.budget is not None:
+            left = min(left, self.budget - self.tokens - 1)
+        return 0 if self.now.is_set() else max(0, left)
+
 
 def steps(rt: Runtime, last: Sequence[int], *, max_new: int, room: Callable[[], int],
           meter: Meter, thought: Thought | None = None,
@@ -149,11 +165,12 @@ def steps(rt: Runtime, last: Sequence[int], *, max_new: int, room: Callable[[], 
             made += forced.tokens
             first += thought.closing
             yield forced
-    tok, logprob = rt.feed(first, sample=True)  # type: ignore[misc]
+    ready = deque([rt.feed(first, sample=True)])  # sampled tokens: all fed but the last
     meter.first()
     while True:
+        tok, logprob = ready.popleft()
         made += 1
-        pending[:] = [tok]
+        pending[:] = [] if ready else [tok]
         thinking = thought is not None and in_thinking()
         if rt.is_end(tok):
             forced = close("budget") if thinking else None
@@ -163,7 +180,7 @@ def steps(rt: Runtime, last: Sequence[int], *, max_new: int, room: Callable[[], 
             made += forced.tokens - 1  # the end token is not part of the answer
             yield forced
             pending[:] = []
-            tok, logprob = rt.feed(thought.closing, sample=True)  # type: ignore[union-attr,misc]
+            ready.append(rt.feed(thought.closing, sample=True))  # type: ignore[union-attr]
             continue
         text = utf8.decode(rt.piece(tok))
         if made >= max_new or room() <= 0:
@@ -171,10 +188,11 @@ def steps(rt: Runtime, last: Sequence[int], *, max_new: int, room: Callable[[], 
             return
         yield Step(text, None, logprob)
         feed = [tok]
+        forced = None
         if thinking and thought is not None:
             thought.tokens += 1
             if in_thinking():
-                why = thought.due(made, max_new)
+                why = "" if ready else thought.due(made, max_new)
                 forced = close(why) if why else None
                 if forced is not None:
                     made += forced.tokens
@@ -182,5 +200,13 @@ def steps(rt: Runtime, last: Sequence[int], *, max_new: int, room: Callable[[], 
                     yield forced
             elif not thought.end:
                 thought.end = "model"
+        if ready:
+            continue  # an accepted draft: already fed
         pending[:] = []
-        tok, logprob = rt.feed(feed, sample=True)  # type: ignore[misc]
+        if forced is not None:
+            ready.append(rt.feed(feed, sample=True))
+            continue
+        limit = min(max_new - made - 1, room() - 2)
+        if thought is not None and in_thinking():
+            limit = min(limit, thought.headroom(made, max_new))
+        ready.extend(rt.advance(feed, limit))

@@ -121,6 +121,10 @@ class PrefixCache:
             self.reset()
         return reuse
 
+    def forget_after(self, n: int) -> None:
+        """The state was cut to its first `n` tokens by other means (a rolled-back draft)."""
+        self._cut(n)
+
     def _cut(self, n: int) -> None:
         del self.tokens[n:]
         if self.ops.partial:  # a partial checkpoint needs the live KV under it

@@ -64,6 +64,7 @@ class Work:
     pos: int
     sample: Callable[[int], Any] | None = None
     cancel: threading.Event | None = None
+    logits: int = 1  # trailing tokens whose logits `sample` reads (a verified draft: k + 1)
     done: int = 0
     result: Any = None
     error: BaseException | None = None
@@ -219,10 +220,11 @@ class Batcher:
         for w in works:
             if w.cancel is not None and w.cancel.is_set():
                 continue
-            if len(w.tokens) - w.done == 1:
-                if room:
-                    parts.append((w, w.done, 1))
-                    room -= 1
+            left = len(w.tokens) - w.done
+            if left == 1 or (w.logits > 1 and left <= w.logits):  # a token, or a draft whole
+                if room >= left:
+                    parts.append((w, w.done, left))
+                    room -= left
             else:
                 prompts.append(w)
         if prompts:

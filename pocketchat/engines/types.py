@@ -113,6 +113,15 @@ class Stats:
     threads_note: str = ""
     thinking_tokens: int = 0  # tokens of the thought so far (its closing included)
     thinking_end: ThinkingEnd = ""  # how the thought ended ("" while thinking, or none)
+    # Drafted tokens (`--draft`): steps that verified a draft, tokens drafted, tokens accepted.
+    draft_steps: int = 0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Tokens a verifying step emitted on average (accepted drafts + one); 0: no drafts."""
+        return (self.accepted_tokens + self.draft_steps) / self.draft_steps if self.draft_steps else 0.0
 
     @property
     def evaluated_tokens(self) -> int:

@@ -32,7 +32,9 @@ from pocketchat.errors import UnsupportedRequest
 from pocketchat.modelfile import gguf as ggufcheck
 from pocketchat.engines.base import EngineBase, SamplingSettings
 from pocketchat.engines.constrain.control import TokenControl
+from pocketchat.engines.draft.drafting import Drafting
 from pocketchat.engines.llamacpp.load import ProgressFn, load_llama
+from pocketchat.engines.llamacpp.rollback import Rollback
 from pocketchat.engines.llamacpp.state import LlamaState
 from pocketchat.engines.prefix_cache import PrefixCache
 from pocketchat.engines.slots import Batcher, Part
@@ -63,6 +65,7 @@ class LlamaCppEngine(EngineBase):
     def _load(self, path: Path, name: str | None, on_progress: ProgressFn | None) -> EngineInfo:
         plan = self.plan
         self.gguf = ggufcheck.check_gguf(path)
+        self._path = str(path)
         loaded = load_llama(plan, path, self.gguf, on_progress=on_progress)
         self._llm = llm = loaded.llm
         self.overrides = loaded.overrides
@@ -128,8 +131,33 @@ class LlamaCppEngine(EngineBase):
         self._sampler: Any = None
         self._control: TokenControl | None = None
         self._stepping: list[Part] = []  # the step being decoded (what the abort looks at)
+        self._rollback = Rollback(self._ctx, self._llm.model, seq=seq, lock=lock)
+        self._drafting = self._drafts(self.plan)
         self._abort_cb = lib.ggml_abort_callback(lambda _data: self._abort_now())
         self._no_abort = lib.ggml_abort_callback()
+
+    def _drafts(self, plan: Any) -> Drafting | None:
+        """Drafting for this sequence where a rejected draft can be taken back cheaply: an
+        attention-only model (its KV is cut), or a hybrid one with recurrent snapshots
+        (`n_rs_seq`); not where only a copy of the whole recurrent state could."""
+        rollback = self._rollback
+        if plan.draft == "off" or rollback.kind == "snapshot":
+            return None
+        from pocketchat.paths import settings
+
+        depth = min(plan.draft_depth, rollback.depth)
+        return Drafting.for_model(plan.draft, self.end_tokens, depth, self._path,
+                                  self.plan.n_threads, settings().cache_dir)
+
+    def _before_draft(self, pos: int) -> None:
+        self._rollback.prepare(pos)
+
+    def _roll_back(self, keep: int) -> None:
+        redo = self._rollback.roll_back(keep).redo_from
+        again = self.cache.tokens[redo:keep]
+        self.cache.forget_after(redo)
+        if again:  # the snapshot kind: the kept tokens are decoded again
+            self.feed(again)
 
     def sequence_engines(self) -> list["LlamaCppEngine"]:
         """The engines of the context's sequences (this one first), sharing the model."""
@@ -157,6 +185,8 @@ class LlamaCppEngine(EngineBase):
 
     def _free(self) -> None:
         self._free_sampler()
+        if self._drafting is not None:
+            self._drafting.save()
         if self._root is not self:  # another sequence of the root's context
             self.cache.checkpoints = []
             if self._root._llm is not None:
@@ -230,16 +260,17 @@ class LlamaCppEngine(EngineBase):
         """One batcher step: every part's tokens in one batch (the root's), decoded."""
         batch, j = self._batch, 0
         for work, start, n in parts:
-            last = work.sample is not None and start + n == len(work.tokens)
+            wanted = (len(work.tokens) - work.logits if work.sample is not None
+                      and start + n == len(work.tokens) else len(work.tokens))
             for i in range(start, start + n):
                 batch.token[j] = work.tokens[i]
                 batch.pos[j] = work.pos + i
                 batch.n_seq_id[j] = 1
                 batch.seq_id[j][0] = work.seq
-                batch.logits[j] = 1 if last and i == start + n - 1 else 0
+                batch.logits[j] = 1 if i >= wanted else 0
                 j += 1
         batch.n_tokens = j
-        decoding = all(n == 1 for _, _, n in parts)  # each sequence's next token
+        decoding = all(n == 1 or w.logits > 1 for w, _, n in parts)  # next tokens, or drafts
         lib, ctx = self._lib, self._ctx
         if not decoding:  # prompt pieces: a cancel may interrupt them inside llama.cpp
             self._stepping = parts

@@ -1,0 +1,118 @@
+"""One sequence's drafting as the token loop uses it: what to verify next (`propose`) and what
+the step cost and kept (`record`), over a drafter (`ngram.NgramDrafter`) and the self-measuring
+policy (`policy.DraftPolicy`, its cost curve kept per machine and model in the cache folder).
+
+`--draft auto` drafts while the figures say it pays; `ngram` drafts whenever the drafter has a
+proposal (the policy still learns); `off` never builds one of these.
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass, field
+from typing import Collection, Sequence
+
+from pocketchat.engines.draft.ngram import NgramDrafter
+from pocketchat.engines.draft.policy import CostStore, DraftPolicy
+
+
+@dataclass
+class DraftFigures:
+    """What drafting did over one answer (for the stats and `bench`)."""
+
+    steps: int = 0  # steps that verified a draft
+    drafted: int = 0
+    accepted: int = 0
+
+    @property
+    def per_step(self) -> float:
+        """Tokens emitted per verifying step (accepted drafts + the correction)."""
+        return (self.accepted + self.steps) / self.steps if self.steps else 0.0
+
+
+@dataclass
+class Drafting:
+    """Drafts for one sequence (see the module docstring)."""
+
+    mode: str  # "auto" | "ngram"
+    ends: Collection[int]
+    depth: int  # the most drafted tokens one step may verify
+    store: CostStore | None = None
+    key: str = ""
+    drafter: NgramDrafter = field(default_factory=NgramDrafter)
+    policy: DraftPolicy = field(init=False)
+    figures: DraftFigures = field(default_factory=DraftFigures)
+    _shadow: tuple[int, list[int]] | None = None
+    _dirty: int = 0
+
+    def __post_init__(self) -> None:
+        costs = self.store.load(self.key, self.depth) if self.store is not None else None
+        self.policy = DraftPolicy(costs, k_max=self.depth)
+
+    @classmethod
+    def for_model(cls, mode: str, ends: Collection[int], depth: int, model_path: str,
+                  threads: int, cache_dir: object | None) -> "Drafting | None":
+        if mode == "off" or depth <= 0:
+            return None
+        store = CostStore(cache_dir) if cache_dir is not None else None  # type: ignore[arg-type]
+        key = CostStore.key(platform.node() or "machine", str(model_path), threads)
+        return cls(mode, ends, depth, store, key)
+
+    def begin(self) -> None:
+        """A new answer: its figures start at zero."""
+        self.figures = DraftFigures()
+
+    def _sync(self, seq: Sequence[int]) -> None:
+        """The drafter's index follows the sequence (reset when it was cut back or changed)."""
+        known = self.drafter.tokens
+        n = len(known)
+        if n > len(seq) or (n and known[n - 1] != seq[n - 1]) or (n > 8 and known[n - 8] != seq[n - 8]):
+            self.drafter.reset(seq)
+        elif n < len(seq):
+            self.drafter.extend(seq[n:])
+
+    def propose(self, seq: Sequence[int], limit: int) -> list[int]:
+        """The drafted tokens to verify after `seq` (its last token is fed with them); [] for a
+        plain step."""
+        self._sync(seq)
+        if self._shadow is not None:
+            at, guess = self._shadow
+            if len(seq) >= at + len(guess):
+                self.policy.shadow(guess, seq[at: at + len(guess)])
+                self._shadow = None
+        limit = min(limit, self.depth)
+        if limit <= 0 or (self.mode == "auto" and not self.policy.costs.known):
+            return []  # (auto: a plain step is measured first, to weigh drafts against)
+        proposal = self.drafter.propose(limit)
+        for i, token in enumerate(proposal):  # a draft never runs past an end of text
+            if token in self.ends:
+                proposal = proposal[:i]
+                break
+        if not proposal:
+            return []
+        k = len(proposal) if self.mode == "ngram" else self.policy.choose(len(proposal))
+        if k <= 0:
+            if self._shadow is None:
+                self._shadow = (len(seq), proposal)
+            return []
+        return proposal[:k]
+
+    def record(self, drafted: int, accepted: int, seconds: float) -> None:
+        """A step ran: `drafted` tokens verified (0: plain), `accepted` kept, in `seconds`."""
+        self.policy.record(drafted, accepted, seconds)
+        if drafted:
+            self.figures.steps += 1
+            self.figures.drafted += drafted
+            self.figures.accepted += accepted
+        self._dirty += 1
+        if self.store is not None and self._dirty >= 256:
+            self.save()
+
+    def save(self) -> None:
+        """Keep the learned cost curve for the next run (errors only cost the figures)."""
+        self._dirty = 0
+        if self.store is not None:
+            try:
+                self.store.save(self.key, self.policy.costs)
+            except OSError:
+                pass
