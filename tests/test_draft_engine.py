@@ -7,7 +7,6 @@ ever accepted."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 
 import pytest
 

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator, Sequence
 from pocketchat.errors import EngineError
 from pocketchat.engines import answering, saved_state
 from pocketchat.engines.constrain.control import TokenControl
-from pocketchat.engines.draft.verify import accept
+from pocketchat.engines.draft import drafting
 from pocketchat.engines.loop import Cancelled, Meter, Step
 from pocketchat.engines.prefix_cache import PrefixCache
 from pocketchat.engines.prompt_cache import PromptCache
@@ -30,7 +30,7 @@ from pocketchat.engines.types import ChatOptions, Chunk, EngineInfo, Message
 from pocketchat.types import LoadPlan
 
 ProgressFn = Callable[[str, float], None]
-__all__ = ["Cancelled", "EngineBase", "SamplingSettings", "Step"]
+__all__ = ["Cancelled", "EngineBase", "SamplingSettings", "Step"]  # what backends import
 
 
 class EngineBase:
@@ -149,16 +149,18 @@ class EngineBase:
         """Start an answer's sampling; `control` (mask, logprobs) runs on each token's logits."""
 
     def _run_step(self, parts: list) -> int:
+        """Decode one step's parts (`slots.Part`); the runtime's code (0: done, 2: aborted)."""
         raise NotImplementedError
 
     def _sample_at(self, index: int) -> tuple[int, Any]:
+        """The next (token, logprob) from the logits at batch `index` (inside the step)."""
         raise NotImplementedError
 
     def _piece(self, token: int) -> bytes:
+        """What `token` adds to the text."""
         raise NotImplementedError
 
-    def _ll_tokenizer(self) -> Any:
-        raise NotImplementedError
+    _ll_tokenizer: Callable[[], Any]  # llguidance's view of the vocabulary (constraints)
 
     def _token_bytes(self, token: int) -> bytes:
         return self._piece(token)
@@ -169,7 +171,7 @@ class EngineBase:
     def _free(self) -> None:
         raise NotImplementedError
 
-    def _save_file(self, path: Path, limit: int) -> int:
+    def _save_file(self, path: Path, limit: int) -> int:  # the state beside a conversation
         return 0
 
     def _load_file(self, path: Path) -> list[int] | None:
@@ -212,46 +214,8 @@ class EngineBase:
         self.feed(tokens)
 
     def advance(self, tokens: Sequence[int], limit: int) -> list[tuple[int, Any]]:
-        """Feed `tokens` and sample what follows: one token, or, with drafts (at most `limit`
-        drafted tokens verified in the same step), the accepted drafts (fed) and the
-        correction or bonus token (not fed), each with its logprob."""
-        drafting = self._drafting
-        drafts = (drafting.propose([*self.cache.tokens, *tokens], limit)
-                  if drafting is not None and limit > 0 else [])
-        began = time.perf_counter()
-        if not drafts:
-            out = [self.feed(tokens, sample=True)]
-            if drafting is not None:
-                drafting.record(0, 0, time.perf_counter() - began)
-            return out
-        out = self.verify(tokens, drafts)
-        drafting.record(len(drafts), len(out) - 1, time.perf_counter() - began)  # type: ignore[union-attr]
-        return out
-
-    def verify(self, tokens: Sequence[int], drafts: Sequence[int]) -> list[tuple[int, Any]]:
-        """Feed `tokens` and `drafts` in one step, sampling in order at each drafted position
-        while the model agrees (`draft.verify.accept`); the rejected drafts are rolled back.
-        The accepted drafts and the correction (or bonus) token, with their logprobs."""
-        drafted, logprobs = list(drafts), []
-
-        def check(last: int) -> Any:
-            first = last - len(drafted)
-
-            def at(i: int) -> int:
-                token, logprob = self._sample_at(first + i)
-                logprobs.append(logprob)
-                return token
-
-            return accept(drafted, at)
-
-        base = len(self.cache.tokens)
-        self._before_draft(base)
-        verdict = self.feed([*tokens, *drafted], sample=check, logits=len(drafted) + 1)
-        keep = base + len(tokens) + verdict.accepted
-        if keep < len(self.cache.tokens):
-            self._meter.fed -= len(self.cache.tokens) - keep  # rejected: never part of the answer
-            self._roll_back(keep)
-        return list(zip(verdict.tokens, logprobs))
+        """Feed `tokens` and sample what follows, with drafts when they pay (`draft.drafting`)."""
+        return drafting.advance(self, tokens, limit)
 
     def _before_draft(self, pos: int) -> None:
         """Before a verification step whose first token lands at `pos`."""

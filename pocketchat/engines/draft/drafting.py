@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import platform
 from dataclasses import dataclass, field
-from typing import Collection, Sequence
+import time
+from typing import Any, Collection, Sequence
 
 from pocketchat.engines.draft.ngram import NgramDrafter
 from pocketchat.engines.draft.policy import CostStore, DraftPolicy
+from pocketchat.engines.draft.verify import accept
 
 
 @dataclass
@@ -116,3 +118,46 @@ class Drafting:
                 self.store.save(self.key, self.policy.costs)
             except OSError:
                 pass
+
+
+def advance(engine: Any, tokens: Sequence[int], limit: int) -> list[tuple[int, Any]]:
+    """Feed `tokens` and sample what follows: one token, or, with drafts (at most `limit`
+    drafted tokens verified in the same step), the accepted drafts (fed) and the
+    correction or bonus token (not fed), each with its logprob."""
+    drafting = engine._drafting
+    drafts = (drafting.propose([*engine.cache.tokens, *tokens], limit)
+              if drafting is not None and limit > 0 else [])
+    began = time.perf_counter()
+    if not drafts:
+        out = [engine.feed(tokens, sample=True)]
+        if drafting is not None:
+            drafting.record(0, 0, time.perf_counter() - began)
+        return out
+    out = verify(engine, tokens, drafts)
+    drafting.record(len(drafts), len(out) - 1, time.perf_counter() - began)  # type: ignore[union-attr]
+    return out
+
+def verify(engine: Any, tokens: Sequence[int], drafts: Sequence[int]) -> list[tuple[int, Any]]:
+    """Feed `tokens` and `drafts` in one step, sampling in order at each drafted position
+    while the model agrees (`draft.verify.accept`); the rejected drafts are rolled back.
+    The accepted drafts and the correction (or bonus) token, with their logprobs."""
+    drafted, logprobs = list(drafts), []
+
+    def check(last: int) -> Any:
+        first = last - len(drafted)
+
+        def at(i: int) -> int:
+            token, logprob = engine._sample_at(first + i)
+            logprobs.append(logprob)
+            return token
+
+        return accept(drafted, at)
+
+    base = len(engine.cache.tokens)
+    engine._before_draft(base)
+    verdict = engine.feed([*tokens, *drafted], sample=check, logits=len(drafted) + 1)
+    keep = base + len(tokens) + verdict.accepted
+    if keep < len(engine.cache.tokens):
+        engine._meter.fed -= len(engine.cache.tokens) - keep  # rejected: never part of the answer
+        engine._roll_back(keep)
+    return list(zip(verdict.tokens, logprobs))
