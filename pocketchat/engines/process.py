@@ -231,7 +231,7 @@ def launch(args: tuple, log_path: str
     return ours, WorkerProcess(popen, alive_r)
 
 
-def reap(proc: Any, conn: Any) -> None:
+def reap(proc: "WorkerProcess", conn: Any) -> None:
     """Ask the worker to close, kill it when it has not within 2 s, and wait for it (no
     zombie is left); then let go of the connection and the sentinel."""
     try:
@@ -246,6 +246,5 @@ def reap(proc: Any, conn: Any) -> None:
             proc.join(2)
     finally:
         conn.close()
-        close = getattr(proc, "close", None)
-        if close is not None and not proc.is_alive():
-            close()
+        if not proc.is_alive():
+            proc.close()
