@@ -207,7 +207,6 @@ class WorkerEngine:
                 raise msg[1]
         return True
 
-
     # -- Engine -----------------------------------------------------------------------------
 
     def chat(self, messages: Sequence[Message], options: ChatOptions | None = None
