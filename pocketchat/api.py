@@ -15,7 +15,7 @@ or `Message`s, and the request fields the server passes on: `tools`, `tool_choic
 `ChatResult`. `Session.complete` continues a raw prompt (no template: the legacy completions
 endpoint's path). A failed answer raises its `PocketchatError` and leaves the session ready for
 the next; one answer at a time per session. A model not on disk is downloaded as `download=`
-says (`download_hooks`). The worker is a process of its own (`engines.worker.launch`): no
+says (`download_hooks`). The worker is a process of its own (`engines.process.launch`): no
 `if __name__ == "__main__":` guard is needed in a script.
 """
 
@@ -28,9 +28,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Mapping, Sequence, overload
 
-from pocketchat.engines.types import (ChatOptions, Chunk, Engine, EngineInfo, FinishReason,
+from pocketchat.engines.types import (Answer, ChatOptions, Chunk, Engine, EngineInfo, FinishReason,
                                       Message, Stats, TokenLogprob, ToolCall)
-from pocketchat.errors import ApiError, EngineError, PocketchatError
+from pocketchat.errors import ApiError, EngineClosed, EngineError, PocketchatError
 
 if TYPE_CHECKING:
     from pocketchat.commands.common import ModelChoice
@@ -254,12 +254,9 @@ class Session:
         prompt, opts = self.complete_request(prompt, options, max_tokens=max_tokens,
                                              temperature=temperature, top_p=top_p, seed=seed,
                                              logprobs=logprobs)
-        complete = getattr(self.engine, "complete", None)
-        if not callable(complete):
-            raise EngineError("this engine has no raw-prompt path; use chat()")
         if self._closed:
-            raise EngineError("this session is closed", hint="Load the model again with pocketchat.load().")
-        chunks = self._stream((), opts, start=lambda: complete(prompt, opts))
+            raise EngineClosed("this session is closed", hint="Load the model again with pocketchat.load().")
+        chunks = self._stream((), opts, start=lambda: self.engine.complete(prompt, opts))
         return chunks if stream else _gather(chunks)
 
     @staticmethod
@@ -308,11 +305,11 @@ class Session:
 
     def _answer(self, messages: tuple[Message, ...], options: ChatOptions) -> Iterator[Chunk]:
         if self._closed:
-            raise EngineError("this session is closed", hint="Load the model again with pocketchat.load().")
+            raise EngineClosed("this session is closed", hint="Load the model again with pocketchat.load().")
         return self._stream(messages, options)
 
     def _stream(self, messages: tuple[Message, ...], options: ChatOptions,
-                start: Callable[[], Iterator[Chunk]] | None = None) -> Iterator[Chunk]:
+                start: Callable[[], Answer] | None = None) -> Iterator[Chunk]:
         """The engine's chunks under the session's one-answer guard: a failed chunk raises its
         error; the guard is let go before the final chunk is handed over, and on every error
         or early stop (the engine's answer is cancelled and closed then)."""
@@ -320,7 +317,7 @@ class Session:
             raise EngineError("this session is answering already (one answer at a time)",
                               hint="Read the other answer to its end, or close its iterator, first.")
         held, finished = True, False
-        inner: Iterator[Chunk] | None = None
+        inner: Answer | None = None
         try:
             inner = start() if start is not None else self.engine.chat(messages, options)
             for chunk in inner:
@@ -338,9 +335,8 @@ class Session:
                     self.engine.cancel()  # the caller stopped reading: stop the engine's answer too
             finally:
                 try:
-                    close = getattr(inner, "close", None)
-                    if close is not None:
-                        close()
+                    if inner is not None:
+                        inner.close()
                 finally:
                     if held:
                         self._busy.release()

@@ -118,6 +118,15 @@ class EngineError(PocketchatError, RuntimeError):
     """The runtime refused a request (bad options, load failure)."""
 
 
+class EngineClosed(EngineError):
+    """A request to an engine that was closed (`close()`): it cannot answer any more."""
+
+    hint = "Open the model again."
+
+    def __init__(self, message: str = "the engine is closed", *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+
+
 class EngineNotResponding(EngineError):
     """The model's worker process is alive but does not answer: stopped by a signal (SIGSTOP,
     Ctrl+Z), stuck, or starved by the system (a swap storm)."""

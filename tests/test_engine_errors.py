@@ -1,5 +1,5 @@
 """An error never leaves state behind: every public call of every engine layer (the harness
-`EngineBase`, `Slots` over several sequences, the worker's serving loop, the Python API's
+`EngineBase`, `Sequences` over several sequences, the worker's serving loop, the Python API's
 `Session`) is driven into each failure the fake engine can raise, read in each way a caller
 reads (to the end, one chunk then closed, one chunk then dropped, dropped unstarted), and then
 the same engine answers a plain request. The cyclic garbage collector is off while each case
@@ -17,7 +17,7 @@ import pytest
 
 from pocketchat.api import Session
 from pocketchat.engines import child
-from pocketchat.engines.slots import Slots
+from pocketchat.engines.sequences import Sequences
 from pocketchat.engines.types import ChatOptions, Chunk, Message
 from pocketchat.errors import EngineError, PocketchatError, UnsupportedRequest
 from support.faulty_engine import FaultyEngine
@@ -155,11 +155,11 @@ def test_a_chat_while_another_runs_is_refused_and_the_first_goes_on():
     served_plainly(list(engine.chat(HI)))
 
 
-# -- several sequences (Slots) ---------------------------------------------------------------
+# -- several sequences (Sequences) ---------------------------------------------------------------
 
 
-def two_sequences() -> Slots:
-    return Slots([FaultyEngine(seq=0), FaultyEngine(seq=1)])
+def two_sequences() -> Sequences:
+    return Sequences([FaultyEngine(seq=0), FaultyEngine(seq=1)])
 
 
 @pytest.mark.parametrize("how", READS)
@@ -371,7 +371,7 @@ def test_a_finished_stream_kept_unread_does_not_hold_the_session():
 
 
 def test_an_answer_dropped_unclosed_in_a_cycle_frees_its_sequence_when_collected():
-    """A caller's cycle keeps a SlotAnswer until the collector runs; then its sequence is
+    """A caller's cycle keeps a SequenceAnswer until the collector runs; then its sequence is
     free, even when the collector runs while the sequences' lock is held."""
     slots = two_sequences()
     for _ in range(2):

@@ -146,3 +146,47 @@ def test_the_llama_call_finder_sees_every_spelling(tmp_path):
                    "a = llama_cpp.Llama('m')\nb = Llama('m')\nc = llama_cpp.llama.Llama(model_path='m')\n"
                    "s = 'Llama(' # Llama(\n")
     assert sorted(llama_calls(src)) == [2, 3, 4, 5]
+
+
+# The members of the engine contract (`engines/types.py`: Engine, Answer): callers use them as
+# declared, never probe for them (issue 32: the host, the child, the pooled engine and the API
+# asked getattr for `complete`, `status`, `parallel` and an answer's `cancel`).
+# (`chat`, `close` and `info` are left out: other objects have them too.)
+CONTRACT = {"complete", "cancel", "end_thinking", "status", "parallel", "sequences"}
+
+
+def probes(path: Path, root: Path = TREE) -> list[str]:
+    """`getattr(x, "name", ...)` / `hasattr(x, "name")` of a contract member in `path`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr") and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant) and node.args[1].value in CONTRACT):
+            found.append(f"{path.relative_to(root)}:{node.lineno} {node.args[1].value}")
+    return found
+
+
+def test_the_engine_contract_is_declared_not_probed():
+    wrong = [hit for path in ROOT.rglob("*.py") for hit in probes(path)]
+    assert not wrong, ("use the engine contract as engines/types.py declares it:\n"
+                       + "\n".join(wrong))
+
+
+def test_the_probe_finder_sees_both_spellings(tmp_path):
+    src = tmp_path / "x.py"
+    src.write_text("a = getattr(e, 'complete', None)\nb = hasattr(e, 'status')\n"
+                   "c = getattr(e, 'pid', None)\nd = getattr(e, name)\n")
+    assert [h.split()[-1] for h in probes(src, tmp_path)] == ["complete", "status"]
+
+
+# Modules over the size a newcomer reads in one sitting (450 lines): none but these, which
+# the engine rewrite of issue 32 is splitting (take each out as it shrinks; add none).
+LONG_MODULES = {"engines/base.py", "engines/mlx/engine.py", "engines/llamacpp/engine.py",
+                "conversations.py"}
+MAX_LINES = 450
+
+
+def test_no_module_grows_past_450_lines():
+    long = {str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py")
+            if len(p.read_text().splitlines()) > MAX_LINES}
+    assert long <= LONG_MODULES, f"split by responsibility: {sorted(long - LONG_MODULES)}"

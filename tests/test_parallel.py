@@ -51,7 +51,7 @@ def _together(slots, prompts: list[str], max_tokens: int) -> list[tuple[str, int
 
 def _same_tokens_batched_and_alone(path: Path, max_tokens: int) -> None:
     from pocketchat.engines.llamacpp.engine import LlamaCppEngine
-    from pocketchat.engines.slots import Slots
+    from pocketchat.engines.sequences import Sequences
 
     alone_engine = LlamaCppEngine(_plan(1024, 1), path, name="alone")
     try:
@@ -59,7 +59,7 @@ def _same_tokens_batched_and_alone(path: Path, max_tokens: int) -> None:
     finally:
         alone_engine.close()
     root = LlamaCppEngine(_plan(1024, len(PROMPTS)), path, name="batched")
-    slots = Slots(root.sequence_engines())
+    slots = Sequences(root.sequence_engines())
     try:
         assert root.n_ctx == 1024  # each sequence has the plan's context
         together = _together(slots, PROMPTS, max_tokens)
@@ -83,10 +83,10 @@ def test_batched_greedy_on_the_hybrid_qwen35moe_each_sequence_its_own_recurrent_
 @pytest.mark.slow
 def test_a_cancelled_sequence_leaves_the_batch_and_frees_its_slot(starter_gguf):
     from pocketchat.engines.llamacpp.engine import LlamaCppEngine
-    from pocketchat.engines.slots import Slots
+    from pocketchat.engines.sequences import Sequences
 
     root = LlamaCppEngine(_plan(512, 2), starter_gguf, name="batched")
-    slots = Slots(root.sequence_engines())
+    slots = Sequences(root.sequence_engines())
     try:
         opts = ChatOptions(temperature=0, max_tokens=64, ignore_eos=True)
         first = slots.chat([Message("user", "Tell a long story.")], opts)
@@ -117,7 +117,7 @@ def _worker_pid(server_pid: int) -> int:
             for k in (task / "children").read_text().split()]
     for kid in kids:
         cmd = Path(f"/proc/{kid}/cmdline").read_bytes()
-        if b"pocketchat-engine" in cmd:  # worker.BOOT names it
+        if b"pocketchat-engine" in cmd:  # process.BOOT names it
             return int(kid)
     raise AssertionError(f"no worker among {kids}")
 
@@ -227,7 +227,7 @@ def test_the_host_runs_n_answers_at_once_queues_the_rest_and_health_shows_both()
     release = threading.Event()
 
     async def main() -> list[dict]:
-        host = EngineHost(lambda: HeldEngine(release), slots=2, queue_size=4)
+        host = EngineHost(lambda: HeldEngine(release), sequences=2, queue_size=4)
         await host.start()
         seen = [host.health()]
 
@@ -254,7 +254,7 @@ def test_the_host_runs_n_answers_at_once_queues_the_rest_and_health_shows_both()
 def test_health_says_when_the_backend_answers_one_at_a_time():
     from pocketchat.server.host import EngineHost
 
-    host = EngineHost(lambda: None, slots=1, one_at_a_time="mlx answers one at a time")
+    host = EngineHost(lambda: None, sequences=1, one_at_a_time="mlx answers one at a time")
     health = host.health()
     assert health["slots"]["total"] == 1
     assert health["parallel_note"] == "mlx answers one at a time"

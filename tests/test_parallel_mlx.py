@@ -76,12 +76,12 @@ def _alone(path: Path, conversations: list[list[Message]]) -> list:
 
 @pytest.mark.slow
 def test_batched_greedy_answers_are_token_for_token_those_of_one_at_a_time(hybrid):
-    from pocketchat.engines.slots import Slots
+    from pocketchat.engines.sequences import Sequences
 
     conversations = [[Message("user", p)] for p in PROMPTS]
     alone = _alone(hybrid, conversations)
     root = _engine(hybrid, len(PROMPTS))
-    slots = Slots(root.sequence_engines())
+    slots = Sequences(root.sequence_engines())
     try:
         assert slots.sequences == 4 and slots.info.sequences == 4
         together = [r[:2] for r in _together(slots, conversations)]
@@ -93,7 +93,7 @@ def test_batched_greedy_answers_are_token_for_token_those_of_one_at_a_time(hybri
 
 @pytest.mark.slow
 def test_a_cancelled_sequence_frees_its_slot_while_the_other_goes_on(hybrid):
-    from pocketchat.engines.slots import Slots
+    from pocketchat.engines.sequences import Sequences
 
     long = ChatOptions(temperature=0, max_tokens=160, ignore_eos=True)
     other = [Message("user", "Tell another story.")]
@@ -104,7 +104,7 @@ def test_a_cancelled_sequence_frees_its_slot_while_the_other_goes_on(hybrid):
     finally:
         engine.close()
     root = _engine(hybrid, 2)
-    slots = Slots(root.sequence_engines())
+    slots = Sequences(root.sequence_engines())
     try:
         first = slots.chat([Message("user", "Tell a long story.")], long)
         second = slots.chat(other, long)
@@ -137,11 +137,11 @@ def test_a_cancelled_sequence_frees_its_slot_while_the_other_goes_on(hybrid):
 
 @pytest.mark.slow
 def test_the_next_turn_after_a_batched_answer_evaluates_only_the_new_message(hybrid):
-    from pocketchat.engines.slots import Slots
+    from pocketchat.engines.sequences import Sequences
 
     firsts = [[Message("user", p)] for p in PROMPTS[:2]]
     root = _engine(hybrid, 2)
-    slots = Slots(root.sequence_engines())
+    slots = Sequences(root.sequence_engines())
     try:
         turn1 = _together(slots, firsts)
         assert root._batch.max_rows == 2
@@ -214,7 +214,7 @@ def test_caches_that_cannot_be_merged_answer_one_at_a_time_and_say_why(monkeypat
                         [cache_mod.QuantizedKVCache() for _ in model.layers])
     engine = make_backend(_plan(4), shared_model(), "tiny")
     try:
-        assert isinstance(engine, MlxEngine)  # no Slots: one sequence
+        assert isinstance(engine, MlxEngine)  # no Sequences: one sequence
         assert engine.sequence_engines() == [engine] and engine._batcher.solo
         assert engine.info.sequences == 1
         assert "QuantizedKVCache" in engine.info.parallel_note
@@ -234,10 +234,10 @@ def test_the_host_takes_the_engines_own_count_and_health_says_why():
 
     info = EngineInfo(backend="mlx", model="m", placement="CPU", n_ctx=512, parallel_note=note)
     # what WorkerEngine says of an MLX model it cannot batch
-    one_at_a_time = lambda: HeldEngine(release, parallel=1, info=info)  # noqa: E731
+    one_at_a_time = lambda: HeldEngine(release, sequences=1, info=info)  # noqa: E731
 
     async def main() -> tuple[dict, int]:
-        host = EngineHost(one_at_a_time, slots=4, queue_size=4)
+        host = EngineHost(one_at_a_time, sequences=4, queue_size=4)
         await host.start()
 
         async def one() -> str:

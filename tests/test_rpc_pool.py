@@ -199,7 +199,7 @@ def test_bench_ends_clearly_when_the_helper_is_killed(server):
             for child in psutil.Process(proc.pid).children():
                 with contextlib.suppress(psutil.Error):
                     cmd = " ".join(child.cmdline())
-                    if "pocketchat-engine" in cmd and child.cpu_times().user > 3:  # worker.BOOT
+                    if "pocketchat-engine" in cmd and child.cpu_times().user > 3:  # process.BOOT
                         worker = child
             time.sleep(0.2)
         assert worker is not None, "the bench did not start"

@@ -157,7 +157,7 @@ def test_wrong_host_header_is_refused(server):
 
 def _worker_pid(server) -> int:
     kids = [p for p in psutil.Process(server.pid).children()
-            if "pocketchat-engine" in " ".join(p.cmdline())]  # worker.BOOT names it
+            if "pocketchat-engine" in " ".join(p.cmdline())]  # process.BOOT names it
     assert len(kids) == 1, kids
     return kids[0].pid
 

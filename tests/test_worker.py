@@ -11,7 +11,8 @@ from support.engine_makers import llama_plan
 from pocketchat.errors import CorruptModel, EngineCrashed
 from pocketchat.engines.types import ChatOptions, Message
 from pocketchat.modelfile.gguf import check_gguf
-from pocketchat.engines.worker import WorkerEngine, describe_exit
+from pocketchat.engines.process import describe_exit
+from pocketchat.engines.worker import WorkerEngine
 
 pytestmark = pytest.mark.slow  # real models or processes: the second CI lane
 

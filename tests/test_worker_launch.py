@@ -1,4 +1,4 @@
-"""The worker is launched as its own interpreter (`worker.launch`), never through
+"""The worker is launched as its own interpreter (`process.launch`), never through
 multiprocessing's spawn: a script that calls `pocketchat.load()` at its top level (no
 `if __name__ == "__main__":` guard) runs once and answers, so does code typed into the REPL;
 a worker that cannot start is reported with its own output; Ctrl-C belongs to the parent;

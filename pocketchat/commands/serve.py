@@ -167,7 +167,7 @@ def _serve(args: argparse.Namespace, choice, sock: socket.socket, api_key: str |
                   flush=True)
         elif host.state == "ready":
             what = "restarted after a crash" if host.restarts else "ready"
-            info["meta"]["parallel"] = host.slots  # fewer when the engine cannot batch this model
+            info["meta"]["parallel"] = host.sequences  # fewer when the engine cannot batch this model
             if host.one_at_a_time and not host.restarts:
                 print(one_line(host.one_at_a_time), file=sys.stderr, flush=True)
             print(one_line(f"{what}: {name} at {url} (Ctrl-C to stop)"), file=sys.stderr, flush=True)
@@ -178,14 +178,14 @@ def _serve(args: argparse.Namespace, choice, sock: socket.socket, api_key: str |
 
     choice = with_parallel(choice, args.parallel)
     host = EngineHost(lambda: api.open_session(choice).engine, queue_size=args.queue,
-                      slots=choice.plan.parallel, on_state=on_state)
+                      sequences=choice.plan.parallel, on_state=on_state)
     aliases = [a for a in (args.model, choice.label) if a and a != name]
     info = {"max_model_len": choice.plan.n_ctx,
             "meta": {"backend": choice.plan.backend, "placement": choice.plan.describe(),
-                     "n_ctx": choice.plan.n_ctx, "parallel": host.slots}}
+                     "n_ctx": choice.plan.n_ctx, "parallel": host.sequences}}
     app = create_app(host, model_id=name, aliases=aliases, api_key=api_key,
                      loopback_only=loopback, model_info=info, cors_origins=args.cors_origin)
-    together = f", {host.slots} answers at once" if host.slots > 1 else ""
+    together = f", {host.sequences} answers at once" if host.sequences > 1 else ""
     print(one_line(f"loading {choice.label} ({choice.plan.describe()}{together}); listening on {url}"
                    + ("" if loopback else " (API key required)")), file=sys.stderr, flush=True)
     # No colours: uvicorn decides them from stdout, while its lines go to stderr (a file, maybe).

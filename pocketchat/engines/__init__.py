@@ -19,7 +19,8 @@ def open_engine(plan: "LoadPlan", path: Path, *, name: str | None = None,
     By default the backend runs in a child process (`worker.WorkerEngine`); this blocks until
     the model is loaded. For a loading screen, construct `WorkerEngine(..., wait=False)` and
     call its `wait_ready(timeout)`. `in_process=True` runs the backend in this process (tests,
-    tools that have no other busy thread). A plan pooled over RPC helpers (`plan.rpc_servers`)
+    tools that have no other busy thread), over its sequences as the worker serves it
+    (`sequences.Sequences`, one for a plan without `parallel`). A plan pooled over RPC helpers (`plan.rpc_servers`)
     gets the worker decorated by `pooled.PooledEngine`, whose crashes name the helper that went
     away. `chunk_interval`: the shortest time between two chunks of an answer from the worker
     (the first comes at once; default `child.FLUSH_SECONDS`): a reader that shows text less
@@ -29,8 +30,10 @@ def open_engine(plan: "LoadPlan", path: Path, *, name: str | None = None,
     kwargs: dict = {} if chunk_interval is None else {"chunk_interval": chunk_interval}
     if in_process:
         from pocketchat.engines.child import make_backend
+        from pocketchat.engines.sequences import Sequences
 
-        return make_backend(plan, Path(path), name, on_progress)
+        engine = make_backend(plan, Path(path), name, on_progress)
+        return engine if isinstance(engine, Sequences) else Sequences([engine])
     if on_progress is not None:
         kwargs["on_progress"] = on_progress
     from pocketchat.engines.worker import WorkerEngine

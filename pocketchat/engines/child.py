@@ -1,10 +1,14 @@
 """The worker's child process: it loads the backend and serves the parent's requests.
 
-See `worker` for the launch and the protocol (`run` is the entry `worker.launch` starts). Requests run one at a time in the main thread; a listener
-thread takes "cancel" and "close" while an answer runs, so cancel reaches the backend (its
-abort callback included) inside a decode. A backend with several sequences (`slots.Slots`,
-a plan with `parallel` N > 1) answers each chat in its own thread, up to N at once; a cancel
-reaches that answer alone. Deltas are coalesced: the first chunk of an answer
+See `worker` for the protocol and `process` for the launch (`run` is the entry `process.launch` starts).
+One path serves every width: the backend's sequences (`sequences.Sequences`: one for the chat,
+N for `serve --parallel N`) are served by as many lanes, threads that take the requests in
+turn (answers, state calls, status); the main thread listens, so "cancel" and
+"end_thinking" reach the answer they name (its own sequence; inside a decode, llama.cpp's abort
+callback included) and "close" ends them all. Lanes live as long as the process: with one
+sequence every decode comes from that one OS thread (llama.cpp's CPU backend keeps a thread
+pool per calling thread), with several the batcher's step thread runs them (`slots.Batcher`).
+Deltas are coalesced: the first chunk of an answer
 goes at once (time to first token), then at most one every `chunk_interval` seconds
 (FLUSH_SECONDS unless the parent asks for another: the chat asks for its screen's pace).
 While a long prompt is read, its progress chunks (one per piece of the prompt) pass the same
@@ -27,7 +31,8 @@ from typing import Any, Callable, Sequence
 
 from pocketchat.errors import BackendMissing, EngineError, PocketchatError
 from pocketchat.engines.liveness import BEAT_SECONDS
-from pocketchat.engines.types import ChatOptions, Chunk, Message, Stats
+from pocketchat.engines.sequences import Sequences
+from pocketchat.engines.types import Answer, ChatOptions, Chunk, Engine, Message, Stats
 from pocketchat.types import LoadPlan
 
 FLUSH_SECONDS = 0.03
@@ -35,6 +40,7 @@ FLUSH_SECONDS = 0.03
 # answer too, so that an agent's next step evaluates only the tool results.
 SETTLED = ("stop", "length", "tool_calls")
 PROGRESS_SECONDS = 0.1
+REQUESTS = ("chat", "complete", "save_state", "load_state", "status")  # taken in turn by a lane
 BACKENDS = {
     "llama.cpp": ("pocketchat.engines.llamacpp.engine", "LlamaCppEngine"),
     "mlx": ("pocketchat.engines.mlx.engine", "MlxEngine"),
@@ -59,12 +65,10 @@ def make_backend(plan: LoadPlan, path: Path, name: str | None,
     if on_progress is not None and "on_progress" in inspect.signature(cls).parameters:
         kwargs["on_progress"] = on_progress
     engine = cls(plan, path, **kwargs)
-    if plan.parallel > 1 and hasattr(engine, "sequence_engines"):
+    if plan.parallel > 1:
         engines = engine.sequence_engines()  # one where the backend cannot batch this model
         if len(engines) > 1:
-            from pocketchat.engines.slots import Slots
-
-            return Slots(engines)
+            return Sequences(engines)
     return engine
 
 
@@ -132,7 +136,7 @@ def _beat(send: Callable[[tuple], None], interval: float = BEAT_SECONDS) -> None
 
 
 def run(conn: Any) -> None:
-    """The entry of a worker launched as its own interpreter (`worker.launch`): its
+    """The entry of a worker launched as its own interpreter (`process.launch`): its
     arguments come over `conn`; stdout and stderr are already the worker's log."""
     plan, path, name, chunk_interval = conn.recv()
     main(conn, plan, path, name, None, chunk_interval)
@@ -160,86 +164,23 @@ def _load(plan: LoadPlan, path: str, name: str | None, send: Callable[[tuple], N
 
 def _serve(engine: Any, conn: Any, send: Callable[[tuple], None],
            chunk_interval: float = FLUSH_SECONDS) -> None:
-    """Answer requests one at a time; a listener thread takes cancel and close at any time."""
+    """Serve the parent's requests until "close" (see the module docstring)."""
+    engines = engine if isinstance(engine, Sequences) else Sequences([engine])
     requests: queue.Queue = queue.Queue()
     cancelled: set[int] = set()
-    current = [0]
-    if getattr(engine, "sequences", 1) > 1:
-        _serve_parallel(engine, conn, send, chunk_interval)
-        return
-
-    def listen() -> None:
-        while True:
-            try:
-                msg = conn.recv()
-            except (EOFError, OSError):  # the parent is gone
-                msg = ("close",)
-            if msg[0] in ("chat", "complete", "save_state", "load_state", "status"):
-                requests.put(msg)
-            elif msg[0] == "cancel":
-                cancelled.add(msg[1])
-                if current[0] == msg[1]:
-                    engine.cancel()
-            elif msg[0] == "end_thinking":
-                if current[0] == msg[1]:
-                    engine.end_thinking()
-            else:
-                cancelled.add(current[0])
-                engine.cancel()
-                requests.put(None)
-                return
-
-    threading.Thread(target=listen, name="pocketchat-listen", daemon=True).start()
-    while (msg := requests.get()) is not None:
-        if msg[0] not in ("chat", "complete"):  # ("save_state" | "load_state", req, path), ("status", req)
-            try:
-                result: Any = getattr(engine, msg[0])(*msg[2:])
-            except Exception as exc:  # noqa: BLE001 - the caller gets the error
-                result = exc if isinstance(exc, PocketchatError) else EngineError(str(exc))
-            send(("result", msg[1], result))
-            continue
-        kind, req, messages, options = msg
-        current[0] = req
-        try:
-            _stream(engine, req, messages, options, send, cancelled, chunk_interval, kind)
-        except (BrokenPipeError, EOFError, OSError):
-            break
-        finally:
-            current[0] = 0
-            cancelled.discard(req)
-    engine.close()
-
-
-def _serve_parallel(engine: Any, conn: Any, send: Callable[[tuple], None],
-                    chunk_interval: float) -> None:
-    """Answer each chat in its own thread (the engine takes a free sequence or refuses);
-    save/load state requests in this thread."""
-    cancelled: set[int] = set()
-    answers: dict[int, Any] = {}  # req -> the answer in flight (it can be cancelled alone)
-    threads: list[threading.Thread] = []
-
-    def run(req: int, messages: Any, options: ChatOptions, kind: str) -> None:
-        try:
-            _stream(engine, req, messages, options, send, cancelled, chunk_interval, kind,
-                    answers)
-        except (BrokenPipeError, EOFError, OSError):
-            pass
-        finally:
-            answers.pop(req, None)
-            cancelled.discard(req)
-
+    answers: dict[int, Answer] = {}  # req -> the answer in flight (cancelled alone)
+    lanes = [threading.Thread(target=_lane, name=f"pocketchat-lane-{i}", daemon=True,
+                              args=(engines, requests, send, cancelled, answers, chunk_interval))
+             for i in range(engines.sequences)]
+    for lane in lanes:
+        lane.start()
     while True:
         try:
             msg = conn.recv()
         except (EOFError, OSError):  # the parent is gone
             msg = ("close",)
-        if msg[0] in ("chat", "complete"):
-            kind, req, messages, options = msg
-            threads = [t for t in threads if t.is_alive()]
-            t = threading.Thread(target=run, args=(req, messages, options, kind), daemon=True,
-                                 name=f"pocketchat-answer-{req}")
-            threads.append(t)
-            t.start()
+        if msg[0] in REQUESTS:
+            requests.put(msg)
         elif msg[0] == "cancel":
             cancelled.add(msg[1])
             answer = answers.get(msg[1])
@@ -249,41 +190,62 @@ def _serve_parallel(engine: Any, conn: Any, send: Callable[[tuple], None],
             answer = answers.get(msg[1])
             if answer is not None:
                 answer.end_thinking()
-        elif msg[0] in ("save_state", "load_state", "status"):
-            try:
-                result: Any = getattr(engine, msg[0])(*msg[2:])
-            except Exception as exc:  # noqa: BLE001 - the caller gets the error
-                result = exc if isinstance(exc, PocketchatError) else EngineError(str(exc))
-            send(("result", msg[1], result))
         else:
             break
-    engine.cancel()
-    for t in threads:
-        t.join(10)
-    engine.close()
+    engines.cancel()
+    for _ in lanes:
+        requests.put(None)
+    for lane in lanes:
+        lane.join(10)
+    engines.close()
 
 
-def _stream(engine: Any, req: int, messages: Sequence[Message] | str | Sequence[int],
+def _lane(engines: Sequences, requests: queue.Queue, send: Callable[[tuple], None],
+          cancelled: set[int], answers: dict[int, Answer], chunk_interval: float) -> None:
+    """Take requests in turn until None: an answer (streamed), or a state call or status
+    (its result, or the error it raised)."""
+    while (msg := requests.get()) is not None:
+        if msg[0] not in ("chat", "complete"):  # ("save_state" | "load_state", req, path), ("status", req)
+            try:
+                result: Any = getattr(engines, msg[0])(*msg[2:])
+            except Exception as exc:  # noqa: BLE001 - the caller gets the error
+                result = exc if isinstance(exc, PocketchatError) else EngineError(str(exc))
+            try:
+                send(("result", msg[1], result))
+            except (BrokenPipeError, EOFError, OSError):
+                return
+            continue
+        kind, req, messages, options = msg
+        try:
+            _stream(engines, req, messages, options, send, cancelled, chunk_interval, kind,
+                    answers)
+        except (BrokenPipeError, EOFError, OSError):
+            return
+        finally:
+            answers.pop(req, None)
+            cancelled.discard(req)
+
+
+def _stream(engine: Engine, req: int, messages: Sequence[Message] | str | Sequence[int],
             options: ChatOptions, send: Callable[[tuple], None], cancelled: set[int],
             chunk_interval: float = FLUSH_SECONDS, kind: str = "chat",
-            answers: dict | None = None) -> None:
-    """Send one answer's chunks (`kind` "chat": to `messages`; "complete": a raw prompt);
-    `answers` holds the answer in flight when several run at once (cancelled alone)."""
+            answers: dict[int, Answer] | None = None) -> None:
+    """Send one answer's chunks (`kind` "chat": to `messages`; "complete": a raw prompt),
+    coalesced; `answers` holds the answer while it runs (the listener cancels it there)."""
     if req in cancelled:
         send(("chunk", req, Chunk(finish_reason="cancelled")))
         return
     pending: list[Chunk] = []
     last_flush = 0.0
     first = True
-    answer = None
+    answer: Answer | None = None
     try:
         try:
             answer = (engine.complete if kind == "complete" else engine.chat)(messages, options)
-            cancel = getattr(answer, "cancel", engine.cancel)  # a sequence's answer: it alone
             if answers is not None:
                 answers[req] = answer
-                if req in cancelled:
-                    cancel()
+            if req in cancelled:
+                answer.cancel()
             for chunk in answer:
                 pending.append(chunk)
                 if chunk.finish_reason is not None:
@@ -294,7 +256,7 @@ def _stream(engine: Any, req: int, messages: Sequence[Message] | str | Sequence[
                     pending, last_flush = [], now
                     first = first and chunk.progress is not None  # the first token goes at once too
                 if req in cancelled:
-                    cancel()
+                    answer.cancel()
         except Exception as exc:  # noqa: BLE001 - the answer ends with the error, the worker lives
             pending.append(Chunk.failed(exc, pending[-1].stats if pending else None))
         if not pending or pending[-1].finish_reason is None:
@@ -308,6 +270,5 @@ def _stream(engine: Any, req: int, messages: Sequence[Message] | str | Sequence[
             except Exception:  # noqa: BLE001 - the answer is already delivered
                 pass
     finally:
-        close = getattr(answer, "close", None)
-        if close is not None:
-            close()  # its guard and sequence are free again at once, however the answer ended
+        if answer is not None:
+            answer.close()  # its guard and sequence are free again at once, however the answer ended

@@ -8,9 +8,10 @@ reaches this process as `EngineCrashed`, and the helpers are asked whether they 
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
-from pocketchat.engines.types import ChatOptions, Chunk, Engine, EngineInfo, Liveness, Message, liveness_of
+from pocketchat.engines.types import (Answer, ChatOptions, Chunk, Engine, EngineInfo, Liveness,
+                                      Message, WatchedEngine, liveness_of)
 from pocketchat.errors import EngineCrashed, HelperGone, HelperUnreachable
 from pocketchat.rpc.wire import reachable
 
@@ -45,21 +46,19 @@ class PooledEngine:
     def pid(self) -> int | None:
         return getattr(self.inner, "pid", None)
 
-    def chat(self, messages: Sequence[Message], options: ChatOptions | None = None) -> Iterator[Chunk]:
-        return self._explained(self.inner.chat(messages, options))
+    def chat(self, messages: Sequence[Message], options: ChatOptions | None = None) -> Answer:
+        return ExplainedAnswer(self, self.inner.chat(messages, options))
 
-    def complete(self, prompt: str | Sequence[int], options: ChatOptions | None = None) -> Iterator[Chunk]:
+    def complete(self, prompt: str | Sequence[int], options: ChatOptions | None = None) -> Answer:
         """The inner engine's raw continuation (see `base.EngineBase.complete`)."""
-        return self._explained(self.inner.complete(prompt, options))  # type: ignore[attr-defined]
+        return ExplainedAnswer(self, self.inner.complete(prompt, options))
 
-    def _explained(self, chunks: Iterator[Chunk]) -> Iterator[Chunk]:
-        try:
-            yield from chunks
-        except EngineCrashed as exc:
-            err = explain_crash(self.endpoints, exc)
-            if isinstance(err, HelperGone):
-                self.gone = err.endpoint
-            raise err from exc
+    def explained(self, exc: EngineCrashed) -> EngineCrashed:
+        """`exc`, or `HelperGone` when a helper explains it (remembered in `gone`)."""
+        err = explain_crash(self.endpoints, exc)
+        if isinstance(err, HelperGone):
+            self.gone = err.endpoint
+        return err
 
     def cancel(self) -> None:
         self.inner.cancel()
@@ -68,9 +67,8 @@ class PooledEngine:
         self.inner.end_thinking()
 
     def status(self) -> dict:
-        """The inner engine's live figures (none when it has none)."""
-        fn = getattr(self.inner, "status", None)
-        return fn() if callable(fn) else {}
+        """The inner engine's live figures."""
+        return self.inner.status()
 
     def liveness(self) -> Liveness:
         """The inner worker's (see `types.WatchedEngine`)."""
@@ -78,11 +76,35 @@ class PooledEngine:
 
     def kill(self) -> None:
         """End the inner worker at once (see `types.WatchedEngine`)."""
-        kill = getattr(self.inner, "kill", None)
-        (kill if callable(kill) else self.inner.close)()
+        (self.inner.kill if isinstance(self.inner, WatchedEngine) else self.inner.close)()
 
     def close(self) -> None:
         self.inner.close()
+
+
+class ExplainedAnswer:
+    """An answer of the inner engine whose crash a missing helper explains (a `types.Answer`)."""
+
+    def __init__(self, engine: PooledEngine, inner: Answer) -> None:
+        self._engine, self._inner = engine, inner
+
+    def __iter__(self) -> "ExplainedAnswer":
+        return self
+
+    def __next__(self) -> Chunk:
+        try:
+            return next(self._inner)
+        except EngineCrashed as exc:
+            raise self._engine.explained(exc) from exc
+
+    def cancel(self) -> None:
+        self._inner.cancel()
+
+    def end_thinking(self) -> None:
+        self._inner.end_thinking()
+
+    def close(self) -> None:
+        self._inner.close()
 
 
 def open_pooled(endpoints: Sequence[str], open_inner: Callable[[], Engine]) -> PooledEngine:

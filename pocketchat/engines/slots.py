@@ -1,7 +1,6 @@
 """Several conversations decoded together: continuous batching over one context (`serve --parallel`).
 
-Two parts:
-- `Batcher`: the steps. Each sequence engine hands it its pending tokens (`Work`): one token
+`Batcher`: the steps. Each sequence engine hands it its pending tokens (`Work`): one token
   for a sequence that is decoding, its prompt for a newcomer. A step gathers every pending
   sequence's tokens into one `llama_batch`: the decoding sequences' tokens first, then chunks
   of the prompts (at most `chunk` prompt tokens a step while others decode, so a long prompt
@@ -16,13 +15,7 @@ Two parts:
   overwrites them, and a sequence may fall behind without blocking anyone. A
   cancelled sequence leaves at the next step (its decoded part stays, as `done` says).
   `lock` is the context's: a step holds it, and so do the sequences' state operations.
-- `Slots`: the `Engine` over N sequence engines (each an `EngineBase` with its own prefix
-  cache, sampler and sequence of the shared context). `chat()` takes a free sequence, the one
-  whose last conversation shares the most leading messages with the new one (as llama.cpp's
-  server picks the slot with the longest common prefix; one still readying its cache after
-  delivering the previous turn of the same conversation is waited for), and returns an answer that can be
-  cancelled alone (`SlotAnswer.cancel`). Beyond N, `chat()` waits a bounded time for a
-  sequence still settling its last answer, then refuses (the server queues before that).
+The `Engine` over the sequences is `sequences.Sequences`.
 """
 
 from __future__ import annotations
@@ -38,10 +31,6 @@ from pocketchat.engines.types import ChatOptions, Chunk, EngineInfo, Message
 
 CHUNK_TOKENS = 64  # prompt tokens a step carries while other sequences decode
 WAIT_SECONDS = 0.02  # how long a step waits for a member that has not submitted yet
-FREE_WAIT_SECONDS = 30.0  # how long chat() waits for a sequence still settling its last answer
-
-
-RAW = object()  # a raw prompt's key starts with it: it never matches a conversation's message
 
 
 class StepCancelled(Exception):
@@ -290,194 +279,3 @@ class Batcher:
             if w is work:
                 return at - 1
         raise AssertionError("work not in step")
-
-
-class SlotAnswer:
-    """One answer on one sequence: an iterator of chunks that can be cancelled alone."""
-
-    def __init__(self, slots: "Slots", seq: int, chunks: Iterator[Chunk]) -> None:
-        self._slots, self.seq, self._chunks = slots, seq, chunks
-        self._released = False
-
-    def __iter__(self) -> "SlotAnswer":
-        return self
-
-    def __next__(self) -> Chunk:
-        try:
-            chunk = next(self._chunks)
-        except BaseException:
-            self._release()
-            raise
-        if chunk.finish_reason is not None:
-            self._slots._settling_now(self.seq)
-        return chunk
-
-    def cancel(self) -> None:
-        self._slots.engines[self.seq].cancel()
-
-    def end_thinking(self) -> None:
-        self._slots.engines[self.seq].end_thinking()
-
-    def close(self) -> None:
-        try:
-            close = getattr(self._chunks, "close", None)
-            if close is not None:
-                close()
-        finally:
-            self._release()
-
-    def _release(self) -> None:
-        if not self._released:
-            self._released = True
-            self._slots._release(self.seq)
-
-    def __del__(self) -> None:  # dropped without close (its generator closes itself)
-        if not self._released:  # never blocks: the collector may run while the lock is held
-            self._released = True
-            self._slots._orphan(self.seq)
-
-
-class Slots:
-    """An `Engine` that answers up to N conversations at once, one per sequence engine."""
-
-    def __init__(self, engines: Sequence[Any]) -> None:
-        self.engines = list(engines)
-        first = self.engines[0]
-        self.info: EngineInfo = replace(first.info, sequences=len(self.engines))
-        self.plan = first.plan
-        self.n_ctx = first.n_ctx
-        self._lock = threading.Condition(threading.Lock())
-        self._busy: set[int] = set()
-        self._settling: set[int] = set()  # answers delivered, the sequence readying its cache
-        self._orphans: list[int] = []  # sequences of answers dropped unclosed (`_orphan`)
-        self._last: dict[int, tuple[Message, ...]] = {}
-        self._used: dict[int, float] = {}
-        self._closed = False
-
-    @property
-    def sequences(self) -> int:
-        return len(self.engines)
-
-    @property
-    def busy(self) -> int:
-        with self._lock:
-            self._free_orphans()
-            return len(self._busy)
-
-    def __getattr__(self, name: str) -> Any:  # template traits etc. of the first sequence
-        if name.startswith("_") or name == "engines":
-            raise AttributeError(name)
-        return getattr(self.engines[0], name)
-
-    def _shared(self, k: int, messages: tuple[Message, ...]) -> int:
-        """The leading messages sequence `k`'s last conversation shares with `messages`."""
-        n = 0
-        for a, b in zip(self._last.get(k, ()), messages):
-            if a != b:
-                break
-            n += 1
-        return n
-
-    def _ready(self, messages: tuple[Message, ...]) -> bool:
-        """A sequence is free, and none still settling shares more with `messages` (the
-        conversation's own sequence, readying its cache for this very request: worth a wait)."""
-        self._free_orphans()
-        free = [k for k in range(len(self.engines)) if k not in self._busy]
-        if not free:
-            return False
-        best = max(self._shared(k, messages) for k in free)
-        return all(self._shared(k, messages) <= best for k in self._settling)
-
-    def _pick(self, messages: tuple[Message, ...]) -> int:
-        free = [k for k in range(len(self.engines)) if k not in self._busy]
-        if not free:
-            raise EngineError(f"all {len(self.engines)} sequences are answering",
-                              hint="Wait for an answer to end, or serve with a larger --parallel.")
-        return max(free, key=lambda k: (self._shared(k, messages), -self._used.get(k, 0.0)))
-
-    def chat(self, messages: Sequence[Message], options: ChatOptions | None = None
-             ) -> SlotAnswer:
-        messages = tuple(messages)
-        return self._run(messages, lambda engine: engine.chat(messages, options))
-
-    def complete(self, prompt: str | Sequence[int], options: ChatOptions | None = None
-                 ) -> SlotAnswer:
-        """A raw continuation (`base.EngineBase.complete`) on a free sequence."""
-        key = (RAW, prompt if isinstance(prompt, str) else tuple(prompt))
-        return self._run(key, lambda engine: engine.complete(prompt, options))
-
-    def _run(self, messages: tuple[Any, ...], answer: Callable[[Any], Iterator[Chunk]]
-             ) -> SlotAnswer:
-        """Run `answer` on the free sequence whose last request shares the most leading items
-        with `messages` (a conversation's messages, or a raw prompt's key)."""
-        if self._closed:
-            raise EngineError("the engine is closed", hint="Open the model again.")
-        with self._lock:
-            # A sequence whose answer was delivered may still be settling (or ending after a
-            # cancel) when the server's next request comes: wait for it, a bounded time.
-            self._lock.wait_for(lambda: self._ready(messages), FREE_WAIT_SECONDS)
-            k = self._pick(messages)
-            self._busy.add(k)
-            self._last[k] = messages
-            self._used[k] = time.monotonic()
-        try:
-            chunks = answer(self.engines[k])
-        except BaseException:
-            self._release(k)  # the answer never started: its sequence is free again
-            raise
-        return SlotAnswer(self, k, chunks)
-
-    def _settling_now(self, seq: int) -> None:
-        with self._lock:
-            self._settling.add(seq)
-
-    def _release(self, seq: int) -> None:
-        with self._lock:
-            self._busy.discard(seq)
-            self._settling.discard(seq)
-            self._lock.notify_all()
-
-    def _orphan(self, seq: int) -> None:
-        """Free the sequence of an answer dropped unclosed: now when the lock is free, else
-        at the next look at the free sequences (`_ready`)."""
-        self._orphans.append(seq)
-        if self._lock.acquire(blocking=False):
-            try:
-                self._free_orphans()
-                self._lock.notify_all()
-            finally:
-                self._lock.release()
-
-    def _free_orphans(self) -> None:
-        """(With the lock held.)"""
-        while self._orphans:
-            seq = self._orphans.pop()
-            self._busy.discard(seq)
-            self._settling.discard(seq)
-
-    def cancel(self) -> None:
-        for engine in self.engines:
-            engine.cancel()
-
-    def end_thinking(self) -> None:
-        for engine in self.engines:
-            engine.end_thinking()
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        for engine in self.engines:
-            engine.cancel()
-        for engine in reversed(self.engines):  # the first owns the model: freed last
-            engine.close()
-
-    def status(self) -> dict:
-        """The engine's live figures (the prompt cache the sequences share)."""
-        return self.engines[0].status()
-
-    def save_state(self, path: Any) -> int:
-        return self.engines[0].save_state(path)
-
-    def load_state(self, path: Any) -> str | None:
-        return self.engines[0].load_state(path)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterator, Literal, Protocol, Sequence, runtime_checkable
+from typing import Any, Generator, Iterator, Literal, Protocol, Sequence, runtime_checkable
 
 from pocketchat.errors import EngineError, PocketchatError
 
@@ -195,7 +195,7 @@ class EngineInfo:
     path: str = ""
     notes: tuple[str, ...] = ()  # things the user should know (e.g. a built-in chat template is used)
     thinking: bool | None = None  # whether the model thinks (<think>); None: not known
-    sequences: int = 1  # answers decoded together (serve --parallel N: `slots.Slots` has N)
+    sequences: int = 1  # answers run at once (serve --parallel N: `sequences.Sequences` has N)
     parallel_note: str = ""  # why a plan's parallel N > 1 runs one at a time here ("" if not)
 
 
@@ -227,30 +227,90 @@ class Liveness:
 
 
 @runtime_checkable
+class Answer(Protocol):
+    """One answer in flight: an iterator of its chunks (the last carries finish_reason) that
+    is stopped, hurried or let go by itself, whatever else the engine runs at the time."""
+
+    def __iter__(self) -> Iterator[Chunk]:
+        ...
+
+    def __next__(self) -> Chunk:
+        ...
+
+    def cancel(self) -> None:
+        """Stop this answer (safe from another thread); it ends with 'cancelled'."""
+        ...
+
+    def end_thinking(self) -> None:
+        """End this answer's thought now (safe from another thread; see `Engine.end_thinking`)."""
+        ...
+
+    def close(self) -> None:
+        """Let go of the answer: a caller that stops reading before its end closes it, and
+        the answer's sequence is free again once the engine has stopped it."""
+        ...
+
+
+@runtime_checkable
 class Engine(Protocol):
-    """A loaded model that answers conversations."""
+    """A loaded model that answers conversations: `info.sequences` answers at once (1 but for
+    `serve --parallel N`); each `chat`/`complete` takes one of them."""
 
     info: EngineInfo
 
     def chat(
         self, messages: Sequence[Message], options: ChatOptions | None = None
-    ) -> Iterator[Chunk]:
+    ) -> Answer:
         """Stream the answer to the conversation; the last chunk carries finish_reason."""
         ...
 
+    def complete(self, prompt: str | Sequence[int], options: ChatOptions | None = None
+                 ) -> Answer:
+        """Stream the raw continuation of `prompt` (text or token ids): no chat template,
+        no reasoning split, no tools; the last chunk carries finish_reason."""
+        ...
+
     def cancel(self) -> None:
-        """Stop the answer in flight (safe from another thread); it ends with 'cancelled'."""
+        """Stop every answer in flight (safe from another thread); each ends with 'cancelled'."""
         ...
 
     def end_thinking(self) -> None:
-        """End the thought of the answer in flight now (safe from another thread): the engine
+        """End the thought of the answers in flight now (safe from another thread): the engine
         closes it as the budget does (`Stats.thinking_end` "user") and the answer follows;
         nothing happens outside a thought."""
         ...
 
-    def close(self) -> None:
-        """Free the model's memory; the engine cannot be used after."""
+    def status(self) -> dict:
+        """Live figures between answers (e.g. {"cache": ...}: the prompt cache); {} for none."""
         ...
+
+    def close(self) -> None:
+        """Free the model's memory; the engine cannot be used after (`EngineClosed`)."""
+        ...
+
+
+class StreamAnswer:
+    """An `Answer` over a chunk iterator of an engine that runs one answer at a time (its
+    `cancel` and `end_thinking` are the answer's)."""
+
+    def __init__(self, chunks: Iterator[Chunk], engine: Any) -> None:
+        self._chunks, self._engine = chunks, engine
+
+    def __iter__(self) -> "StreamAnswer":
+        return self
+
+    def __next__(self) -> Chunk:
+        return next(self._chunks)
+
+    def cancel(self) -> None:
+        self._engine.cancel()
+
+    def end_thinking(self) -> None:
+        self._engine.end_thinking()
+
+    def close(self) -> None:
+        if isinstance(self._chunks, Generator):  # a plain iterator has nothing to free
+            self._chunks.close()
 
 
 @runtime_checkable

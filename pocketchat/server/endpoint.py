@@ -23,7 +23,8 @@ from pocketchat.engines.types import Chunk
 from pocketchat.errors import (ApiError, ContextOverflow, EngineCrashed, PocketchatError,
                                UnsupportedRequest)
 from pocketchat.server.guard import send_json
-from pocketchat.server.host import EngineHost, Run, Turn, stopping
+from pocketchat.server.host import EngineHost
+from pocketchat.server.turn import Run, Turn, stopping
 from pocketchat.server.protocols.openai.encode import error_body as openai_error_body
 from pocketchat.server.reply import Delta, Reply
 

@@ -1,16 +1,16 @@
-"""The one engine behind the server: loaded in the background, `slots` answers at a time.
+"""The one engine behind the server: loaded in the background, `sequences` answers at a time.
 
 `EngineHost` owns the engine (a `worker.WorkerEngine` in practice: the model runs in its own
 process, so the server's event loop never competes with it for the GIL) and the threads that
-open it and iterate its answers. Requests take turns through a FIFO semaphore of `slots`
+open it and iterate its answers. Requests take turns through a FIFO semaphore of `sequences`
 places (`serve --parallel N`: N sequences decoded together; the places are set when the engine
-has loaded, before any request takes one: fewer when it decodes fewer together, e.g. an MLX
+has loaded, before any request takes one: fewer when its `info.sequences` is less, e.g. an MLX
 model whose caches cannot be batched, and /health says why); at most `queue_size` wait behind
 those that run, the next
 gets `ApiError` 429 with a Retry-After estimated from recent answers. `turn()` holds the engine for one request (its `n`
-answers run one after another); `Turn.answer()` and `generate()` are async context managers:
-whoever leaves one early (a client that went away) cancels the answer in the engine at once,
-and the turn passes on only when the engine has really stopped. An engine that crashed is
+answers run one after another: `turn.Turn`); `Turn.answer()` and `generate()` are async context
+managers: whoever leaves one early (a client that went away) cancels that answer in the engine
+at once, and the turn passes on only when the engine has really stopped. An engine that crashed is
 closed and opened again before the next answer; /health says "loading" meanwhile. The
 engine's live figures (`status()`: its prompt cache) are asked after each answer, in the
 engine thread, and /health shows the latest.
@@ -34,115 +34,31 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Callable, Iterator, Literal, Sequence
+from typing import AsyncIterator, Callable, Literal
 
 import anyio
 
-from pocketchat.engines.types import ChatOptions, Chunk, Engine, Liveness, Message, liveness_of
-from pocketchat.errors import (ApiError, EngineCrashed, EngineNotResponding, PocketchatError,
-                               UnsupportedRequest)
+from pocketchat.engines.types import (ChatOptions, Engine, Liveness, Message, WatchedEngine,
+                                      liveness_of)
+from pocketchat.errors import ApiError, EngineNotResponding, PocketchatError
+from pocketchat.server.turn import Streamed, Turn, chat_run, not_responding, stopping
 
 State = Literal["loading", "ready", "error", "not_responding"]
 LIVENESS_POLL = 0.25  # how often the host asks whether the worker responds
 RESTART_STUCK = 30.0  # seconds a worker may stay not responding before it is restarted
-Run = Callable[[Engine], Iterator[Chunk]]  # one answer, asked of the loaded engine
 STOP_GRACE = 0.5  # seconds the worker has to end by itself when the server stops
-
-
-def chat_run(messages: Sequence[Message], options: ChatOptions) -> Run:
-    """The engine's answer to a conversation."""
-    return lambda engine: engine.chat(messages, options)
-
-
-def completion_run(prompt: str | Sequence[int], options: ChatOptions) -> Run:
-    """The engine's continuation of a raw prompt (text or token ids).
-
-    An engine with a raw-prompt path (`complete(prompt, options)`) continues the text as it
-    is; any other gets a text prompt as one user message through the chat template.
-    """
-    def run(engine: Engine) -> Iterator[Chunk]:
-        complete = getattr(engine, "complete", None)
-        if callable(complete):
-            return complete(prompt, options)
-        if not isinstance(prompt, str):
-            raise UnsupportedRequest("this engine takes text prompts only", param="prompt")
-        return engine.chat([Message("user", prompt)], options)
-
-    return run
-
-
-class Answer:
-    """One answer streaming from the engine thread into the event loop."""
-
-    def __init__(self, engine: Engine, run: Run, executor: ThreadPoolExecutor) -> None:
-        self._engine = engine
-        self._chunks: Iterator[Chunk] | None = None
-        self._loop = asyncio.get_running_loop()
-        self._items: asyncio.Queue = asyncio.Queue()
-        self.finished = False
-        self.crashed = False
-        self._stop = False
-        self._done = self._loop.run_in_executor(executor, self._pump, run)
-
-    def _pump(self, run: Run) -> None:
-        put = self._loop.call_soon_threadsafe
-        try:
-            self._chunks = run(self._engine)
-            for chunk in self._chunks:
-                put(self._items.put_nowait, chunk)
-                if self._stop and chunk.finish_reason is None:  # asked before the engine began
-                    self._cancel_engine()
-        except BaseException as exc:  # noqa: BLE001 - handed to the reader, which re-raises
-            put(self._items.put_nowait, exc)
-        put(self._items.put_nowait, None)
-
-    async def __aiter__(self) -> AsyncIterator[Chunk]:
-        while (item := await self._items.get()) is not None:
-            if isinstance(item, EngineNotResponding):  # asked of a worker that had just stopped
-                item = not_responding(Liveness(False), item.message)
-            if isinstance(item, BaseException):
-                self.finished = True
-                self.crashed = isinstance(item, EngineCrashed)
-                raise item
-            if item.finish_reason is not None:
-                self.finished = True
-            yield item
-
-    def cancel(self) -> None:
-        """Ask the engine to stop this answer (it ends with finish_reason 'cancelled')."""
-        if not self.finished:
-            self._stop = True
-            self._cancel_engine()
-
-    def fail(self, exc: BaseException) -> None:
-        """End this answer for its reader now with `exc`, and ask the engine to stop it (a
-        worker that does not respond lets it go at once)."""
-        if not self.finished:
-            self.cancel()
-            self._items.put_nowait(exc)
-
-    def _cancel_engine(self) -> None:
-        """This answer alone when the engine runs several (its answer has `cancel`)."""
-        own = getattr(self._chunks, "cancel", None)
-        if callable(own):
-            own()
-        elif self._chunks is not None or getattr(self._engine, "parallel", 1) <= 1:
-            self._engine.cancel()
-
-    async def wait_stopped(self) -> None:
-        await asyncio.shield(self._done)
 
 
 class EngineHost:
     """The engine, its loading state and the queue of requests waiting for it."""
 
-    def __init__(self, opener: Callable[[], Engine], *, queue_size: int = 8, slots: int = 1,
+    def __init__(self, opener: Callable[[], Engine], *, queue_size: int = 8, sequences: int = 1,
                  on_state: Callable[["EngineHost"], None] | None = None,
                  one_at_a_time: str | None = None, restart_stuck: float = RESTART_STUCK) -> None:
         self._opener = opener
         self._on_state = on_state
         self.queue_size = queue_size
-        self.slots = max(1, slots)
+        self.sequences = max(1, sequences)  # answers at once: the places of the turn
         self.one_at_a_time = one_at_a_time  # why a backend answers one at a time, for /health
         self.state: State = "loading"
         self.previous: State = "loading"  # the state before the last change (on_state reads it)
@@ -153,14 +69,14 @@ class EngineHost:
         self.restarts = 0
         # One engine thread for one slot (status asks queue behind the answer, as today);
         # with several, one per answer and one for loading and status.
-        self._executor = ThreadPoolExecutor(max_workers=1 if self.slots == 1 else self.slots + 1,
+        self._executor = ThreadPoolExecutor(max_workers=1 if self.sequences == 1 else self.sequences + 1,
                                             thread_name_prefix="pocketchat-engine")
         self._turn: asyncio.Semaphore | None = None
         self._loading: asyncio.Lock | None = None
         self._stopped: asyncio.Event | None = None
         self._durations: deque[float] = deque(maxlen=16)
         self._crashed: Engine | None = None
-        self._answers: set[Answer] = set()
+        self._answers: set[Streamed] = set()
         self.closing = False
         self.engine_status: dict = {}  # the engine's latest `status()` (e.g. {"cache": ...})
         self.restart_stuck = restart_stuck
@@ -176,7 +92,7 @@ class EngineHost:
 
     async def start(self) -> None:
         """Begin loading the model in the background (call inside the server's event loop)."""
-        self._turn = asyncio.Semaphore(self.slots)
+        self._turn = asyncio.Semaphore(self.sequences)
         self._loading = asyncio.Lock()
         self._stopped = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -277,34 +193,30 @@ class EngineHost:
             self._set("error", exc)
             raise load_failed(exc) from None
         if self.restarts == 0:
-            self._fit_slots(self.engine)
+            self._fit_sequences(self.engine)
         self._set("ready", None)
         self.refresh_status()
         return self.engine
 
-    def _fit_slots(self, engine: Engine) -> None:
+    def _fit_sequences(self, engine: Engine) -> None:
         """Fewer places when the loaded engine answers fewer at once than asked (its
-        `parallel`); called after the first load, before any request has taken a place."""
-        n = getattr(engine, "parallel", None)
-        if not isinstance(n, int) or not 1 <= n < self.slots:
+        `info.sequences`); called after the first load, before any request has taken a place."""
+        n = engine.info.sequences
+        if not 1 <= n < self.sequences:
             return
-        info = getattr(engine, "info", None)
-        backend = getattr(info, "backend", "the engine")
-        self.one_at_a_time = (getattr(info, "parallel_note", "")
-                              or f"{backend} answers {n} at a time")
-        self.slots = n
+        self.one_at_a_time = engine.info.parallel_note or f"{engine.info.backend} answers {n} at a time"
+        self.sequences = n
         self._turn = asyncio.Semaphore(n)
 
     def refresh_status(self) -> None:
         """Ask the engine for its live figures in the engine thread (after what runs there)."""
         engine = self.engine
-        fn = getattr(engine, "status", None)
-        if not callable(fn):
+        if engine is None:
             return
 
         def ask() -> None:
             try:
-                self.engine_status = dict(fn())
+                self.engine_status = dict(engine.status())
             except Exception:  # noqa: BLE001 - figures are optional; a dead engine has none
                 pass
 
@@ -354,14 +266,14 @@ class EngineHost:
 
     @asynccontextmanager
     async def turn(self) -> AsyncIterator["Turn"]:
-        """Wait for a turn (one of `slots`, bounded queue); answers asked within it run one
+        """Wait for a turn (one of `sequences`, bounded queue); answers asked within it run one
         after another (a request's `n` choices) on one place."""
         self._admit()
         assert self._turn is not None
         self.waiting += 1
         try:
-            if self.engine is None and self.restarts == 0 and self.slots > 1:
-                await self._ensure()  # the first load sets the places (`_fit_slots`)
+            if self.engine is None and self.restarts == 0 and self.sequences > 1:
+                await self._ensure()  # the first load sets the places (`_fit_sequences`)
             places = self._turn
             await places.acquire()
         finally:
@@ -379,14 +291,14 @@ class EngineHost:
 
     @asynccontextmanager
     async def generate(self, messages: tuple[Message, ...], options: ChatOptions
-                       ) -> AsyncIterator[Answer]:
+                       ) -> AsyncIterator[Streamed]:
         """Wait for the turn (bounded queue), then stream one answer from the engine."""
         async with self.turn() as turn, turn.answer(chat_run(messages, options)) as answer:
             yield answer
 
     def health(self) -> dict:
         body: dict = {"status": self.state, "busy": self.busy, "queued": self.waiting,
-                      "slots": {"total": self.slots, "busy": self.running},
+                      "slots": {"total": self.sequences, "busy": self.running},
                       "queue_size": self.queue_size, "restarts": self.restarts,
                       **self.engine_status}
         if self.one_at_a_time:
@@ -403,41 +315,9 @@ class EngineHost:
         return max(0.0, self._stuck_since + self.restart_stuck - time.monotonic())
 
 
-class Turn:
-    """A request's hold on the engine: its answers, one at a time."""
-
-    def __init__(self, host: EngineHost) -> None:
-        self._host = host
-        self.answers = 0
-
-    @asynccontextmanager
-    async def answer(self, run: Run) -> AsyncIterator[Answer]:
-        """Stream one answer; leaving early cancels it, and returns once the engine stopped."""
-        host = self._host
-        if host.closing:
-            raise stopping()
-        engine = await host._ensure()
-        answer = Answer(engine, run, host._executor)
-        host._answers.add(answer)
-        host.running += 1
-        self.answers += 1
-        try:
-            yield answer
-        finally:
-            answer.cancel()
-            if not host.closing:  # stopping: the engine is closed next, nobody waits for it
-                with anyio.CancelScope(shield=True):
-                    await answer.wait_stopped()
-            host._answers.discard(answer)
-            host.running -= 1
-            if answer.crashed:
-                host._engine_crashed(engine)
-            else:
-                host.refresh_status()
-
-
 def _kill_worker(engine: Engine) -> None:
-    """End the engine's worker process now (the server is exiting and it did not stop)."""
+    """End the engine's worker process now (the server is exiting and it did not stop): by
+    its pid, since `kill()` would wait for the close under way."""
     pid = getattr(engine, "pid", None)
     if isinstance(pid, int) and pid > 0:
         try:
@@ -446,27 +326,12 @@ def _kill_worker(engine: Engine) -> None:
             pass
 
 
-def stopping() -> ApiError:
-    return ApiError("the server is shutting down", status=503, type="server_error",
-                    code="server_stopping", hint="Try again when it has been started again.")
-
-
-def not_responding(found: Liveness, message: str = "", restart_in: float | None = None
-                   ) -> ApiError:
-    """503 for a request while the worker does not respond."""
-    text = message or found.message or "the model process is not responding"
-    after = f" in {restart_in:.0f} s" if restart_in is not None else ""
-    return ApiError(f"{text}; the server restarts it{after} unless it resumes", status=503,
-                    type="server_error", code="model_not_responding",
-                    headers={"Retry-After": str(max(1, math.ceil(restart_in or 1)))},
-                    hint="Try again after the time in the Retry-After header.")
-
-
 def _ender(engine: Engine) -> Callable[[], None]:
     """How to end an engine: `kill()` for a worker that does not respond (it cannot be asked
     to close), else `close()`."""
-    kill = getattr(engine, "kill", None)
-    return kill if callable(kill) and not liveness_of(engine).responding else engine.close
+    if isinstance(engine, WatchedEngine) and not engine.liveness().responding:
+        return engine.kill
+    return engine.close
 
 
 def load_failed(exc: PocketchatError) -> ApiError:

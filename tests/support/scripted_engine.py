@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterator, Sequence
 
 from pocketchat.errors import EngineCrashed
-from pocketchat.engines.types import ChatOptions, Chunk, EngineInfo, Message, Stats
+from pocketchat.engines.types import ChatOptions, Chunk, EngineInfo, Message, Stats, StreamAnswer
 
 TOKEN = re.compile(r"\s*\S+|\s+")
 
@@ -58,13 +58,21 @@ class ScriptedEngine:
 
     def chat(
         self, messages: Sequence[Message], options: ChatOptions | None = None
-    ) -> Iterator[Chunk]:
+    ) -> StreamAnswer:
         if self.closed:
             raise EngineCrashed("the engine is closed")
         self.calls.append((list(messages), options))
         reply = self.replies[min(len(self.calls) - 1, len(self.replies) - 1)]
         self._cancel.clear()
-        return self._stream(messages, reply, options)
+        return StreamAnswer(self._stream(messages, reply, options), self)
+
+    def complete(self, prompt: str | Sequence[int], options: ChatOptions | None = None
+                 ) -> StreamAnswer:
+        """The script's next reply to the prompt as one user message."""
+        return self.chat([Message("user", str(prompt))], options)
+
+    def status(self) -> dict:
+        return {}
 
     def _stream(
         self, messages: Sequence[Message], reply: Reply, options: ChatOptions | None
@@ -142,24 +150,36 @@ class Factory:
 
 class HeldEngine:
     """A fake for the server's host: each answer holds after its first chunk until `release`
-    is set (cancel sets it); `parallel` and `info`, when given, are what a WorkerEngine says."""
+    is set (cancel sets it); `sequences` and `info` are what a WorkerEngine says once loaded
+    (`info.sequences`: how many answers it runs at once)."""
 
-    def __init__(self, release: threading.Event, *, parallel: int | None = None,
+    def __init__(self, release: threading.Event, *, sequences: int = 8,
                  info: EngineInfo | None = None) -> None:
         self.release = release
-        if parallel is not None:
-            self.parallel = parallel
-        if info is not None:
-            self.info = info
+        self.info = replace(info or EngineInfo(backend="llama.cpp", model="held",
+                                               placement="CPU", n_ctx=512), sequences=sequences)
 
     def chat(self, messages: Sequence[Message], options: ChatOptions | None = None
-             ) -> Iterator[Chunk]:
+             ) -> StreamAnswer:
+        return StreamAnswer(self._held(), self)
+
+    def complete(self, prompt: str | Sequence[int], options: ChatOptions | None = None
+                 ) -> StreamAnswer:
+        return StreamAnswer(self._held(), self)
+
+    def _held(self) -> Iterator[Chunk]:
         yield Chunk(text="a")
         self.release.wait(30)
         yield Chunk(stats=Stats(), finish_reason="stop")
 
     def cancel(self) -> None:
         self.release.set()
+
+    def end_thinking(self) -> None:
+        pass
+
+    def status(self) -> dict:
+        return {}
 
     def close(self) -> None:
         pass

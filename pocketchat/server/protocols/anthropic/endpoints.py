@@ -11,7 +11,7 @@ from typing import Any
 from pocketchat.engines.types import Chunk
 from pocketchat.server.endpoint import (Endpoint, Responder, answer_one, chunk_error,
                                         refuse_dropped)
-from pocketchat.server.host import chat_run
+from pocketchat.server.turn import chat_run
 from pocketchat.server.protocols.anthropic import encode as anthropic
 from pocketchat.server.protocols.anthropic.requests import (MessagesRequest, parse_count_request,
                                                             parse_messages_request)

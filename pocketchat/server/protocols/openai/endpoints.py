@@ -10,7 +10,7 @@ from typing import Any
 
 from pocketchat.engines.types import Chunk
 from pocketchat.server.endpoint import Endpoint, Responder, answer_one, quiet
-from pocketchat.server.host import Run, Turn, chat_run, completion_run
+from pocketchat.server.turn import Run, Turn, chat_run, completion_run
 from pocketchat.server.protocols.openai.encode import (legacy_logprobs, logprob_entries,
                                                        prompt_progress, timings, tool_call_entries,
                                                        usage)

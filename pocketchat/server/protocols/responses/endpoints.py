@@ -10,7 +10,8 @@ from typing import Any, Sequence
 from pocketchat.engines.types import Chunk
 from pocketchat.errors import ApiError
 from pocketchat.server.endpoint import Endpoint, Responder, answer_one
-from pocketchat.server.host import EngineHost, chat_run
+from pocketchat.server.host import EngineHost
+from pocketchat.server.turn import chat_run
 from pocketchat.server.protocols.responses import encode as responses
 from pocketchat.server.protocols.responses.requests import ResponsesRequest, responses_request
 from pocketchat.server.protocols.responses.requests import check as check_responses
