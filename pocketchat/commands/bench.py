@@ -40,7 +40,7 @@ class Result:
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    from pocketchat.commands.selection import add_selection_args
+    from pocketchat.choose.selection import add_selection_args
 
     add_selection_args(p)
     p.description = "Measure prompt (pp) and generation (tg) speed of a model, like llama-bench."
@@ -133,8 +133,8 @@ def _threads_seen(chunks, notes: list[str]):
 
 
 def run(args: argparse.Namespace) -> int:
-    from pocketchat.commands.common import choose_model
-    from pocketchat.commands.selection import Selection
+    from pocketchat.choose.model import choose_model
+    from pocketchat.choose.selection import Selection
     from pocketchat.errors import UsageError
 
     if args.forget:
@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
         return _run_turns(plan, choice, args)
     runs = [(plan, *_measure(plan, choice, args))]
     if plan.rpc_servers:  # pooled: the same model alone too, when it fits, for comparison
-        from pocketchat.commands.pooling import alone_plan
+        from pocketchat.choose.pooling import alone_plan
         from pocketchat.errors import EngineError
 
         try:
@@ -172,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
             print(visible(f"not run alone: {exc.message}"), file=sys.stderr)
         else:
             runs.append((alone, *_measure(alone, choice, args)))
-    from pocketchat.commands.common import model_size
+    from pocketchat.choose.model import model_size
 
     size = model_size(choice.path)
     # The figures first: a save that fails afterwards (a read-only or full cache) loses nothing.
@@ -260,7 +260,7 @@ def _json(choice, size: int, args: argparse.Namespace, run) -> dict:
 
 def record_speed(choice, sel, tok_s: float) -> None:
     """Keep the measured generation speed next to the estimate, for --recommend's ranking."""
-    from pocketchat.commands.common import gguf_facts
+    from pocketchat.choose.model import gguf_facts
     from pocketchat.paths import settings
     from pocketchat.select import estimate as est
     from pocketchat.select import fit, measured

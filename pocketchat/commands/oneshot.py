@@ -15,7 +15,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Iterator, TextIO
 
-from pocketchat.commands.selection import Selection
+from pocketchat.choose.selection import Selection
 from pocketchat.commands.statusline import StatusLine
 from pocketchat.errors import UsageError
 from pocketchat.textsafe import visible

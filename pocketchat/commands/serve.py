@@ -19,7 +19,7 @@ from pocketchat.errors import PocketchatError, UsageError
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    from pocketchat.commands.selection import add_selection_args
+    from pocketchat.choose.selection import add_selection_args
 
     add_selection_args(p)
     p.description = ("Serve the chosen model as an OpenAI-compatible API: point a client at "
@@ -105,7 +105,7 @@ def model_id(choice) -> str:
 def run(args: argparse.Namespace) -> int:
     from pocketchat import api
     from pocketchat.commands.download import TerminalProgress, make_confirm
-    from pocketchat.commands.selection import Selection
+    from pocketchat.choose.selection import Selection
     from pocketchat.paths import settings
     from pocketchat.server.cors import parse_origin
 
