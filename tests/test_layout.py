@@ -9,10 +9,10 @@ from pathlib import Path
 import pocketchat
 
 ROOT = Path(pocketchat.__file__).parent
-BOTTOM = {"types", "errors", "paths", "textsafe", "filehold"}
+BOTTOM = {"types", "errors", "paths", "textsafe", "filehold", "metal"}
 # package -> the top-level parts of pocketchat it may import (function-level imports included)
 MAY_IMPORT = {
-    "types": set(), "errors": set(), "paths": set(), "textsafe": set(), "filehold": set(),
+    "types": set(), "errors": set(), "paths": set(), "textsafe": set(), "filehold": set(), "metal": set(),
     "modelfile": BOTTOM,
     "rpc": BOTTOM | {"rpc"},  # llama.cpp's RPC backend and the ggml binding: below engines
     "select": BOTTOM | {"modelfile", "select", "rpc"},  # rpc: where llama.cpp's libraries are
@@ -34,7 +34,7 @@ MAY_IMPORT = {
 # (never one beside it), so no arrow between packages runs upward or sideways and none closes
 # a circle.
 FLOORS = [
-    {"types", "errors", "paths", "textsafe", "filehold"},
+    {"types", "errors", "paths", "textsafe", "filehold", "metal"},
     {"modelfile", "rpc"},
     {"select", "engines"},
     {"store", "conversations"},

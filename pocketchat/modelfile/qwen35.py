@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pocketchat.modelfile.layers import is_full_attention
+
 
 @dataclass(frozen=True)
 class Qwen35Shape:
@@ -46,7 +48,7 @@ class Qwen35Shape:
         return self.ssm_state * self.ssm_v_heads
 
     def is_full_attention(self, layer: int) -> bool:
-        return (layer + 1) % self.full_attention_interval == 0
+        return is_full_attention(layer, self.full_attention_interval)
 
 
 @dataclass(frozen=True)
