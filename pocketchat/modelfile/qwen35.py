@@ -62,6 +62,7 @@ class TensorSpec:
 
 
 POCKET = Qwen35Shape()  # POCKET-35B (shared/pocket-builds.md): Qwen3.5-35B-A3B's shape
+POCKET_VOCAB = 248_320  # its vocabulary (Qwen3.5's)
 
 
 def tensor_table(shape: Qwen35Shape, n_vocab: int) -> list[TensorSpec]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from pocketchat.modelfile.facts import ModelFacts
 from pocketchat.modelfile.layers import full_attention_layers
-from pocketchat.modelfile.qwen35 import POCKET
+from pocketchat.modelfile.qwen35 import POCKET, POCKET_VOCAB
 from pocketchat.select.catalog import bytes_per_token, expert_bytes
 from typing import Sequence
 
@@ -25,7 +25,7 @@ from pocketchat.types import GPU, MAX_CHECKPOINTS, N_BATCH, Build, Helper, Kerne
 
 # Gated-DeltaNet recurrent state, per sequence.
 RECURRENT_STATE_BYTES = 63 * 1000**2
-# Compute buffers (logits for a 248k vocabulary at n_batch N_BATCH, attention scratch) and the
+# Compute buffers (logits for a 248k vocabulary at n_batch 512, attention scratch) and the
 # runtime itself (worker process, llama.cpp context).
 COMPUTE_BASE_BYTES = 300 * MiB
 COMPUTE_PER_TOKEN_BYTES = 8 * 1024
@@ -48,7 +48,6 @@ KV_ELEM_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q5_1": 2
                  "q4_1": 20 / 32, "q4_0": 18 / 32, "iq4_nl": 18 / 32}  # fmt: skip
 # POCKET (qwen35moe) for the offline fallback: its shape is modelfile/qwen35.py's.
 POCKET_LAYERS = POCKET.n_layer
-POCKET_VOCAB = 248_320
 
 # Speed. On the CPU a token takes the larger of its bytes over the bandwidth below and its
 # bytes at this machine's measured kernel rates (select/kernels.py, when the probe measured
