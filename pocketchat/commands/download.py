@@ -43,6 +43,18 @@ def make_confirm(yes: bool, stdin: TextIO | None = None, stream: TextIO | None =
     return confirm
 
 
+def choose_on_terminal(sel: Selection):
+    """The model a command runs (`api.choose`), asked about and shown on the terminal as
+    `pocketchat download` does: the question (none with --yes), the checks' and download's bar."""
+    from pocketchat import api
+
+    progress = TerminalProgress()
+    try:
+        return api.choose(sel, confirm=make_confirm(sel.yes), progress=progress)
+    finally:
+        progress.finish()
+
+
 def run(args: argparse.Namespace) -> int:
     from pocketchat.choose.model import download_vet
     from pocketchat.store import api as store
