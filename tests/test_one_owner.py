@@ -198,3 +198,19 @@ def test_a_marker_split_anywhere_is_found_by_every_stream():
         assert all(run(parts) == whole for parts in _every_split(text)), (run.__name__, text)
     assert think(["<think>why</think>The answer."]) == ("The answer.", "why")
     assert stops(["one STO two STOP three"]) == ("one STO two ", "STOP")
+
+
+# -- bench's tables: one layout ---------------------------------------------------------------
+
+
+def test_benchs_turn_tables_are_markdown_with_aligned_columns():
+    from pocketchat.commands.turns import TurnRow, compare_table, table
+
+    rows = [TurnRow("turn 1", 1200, 0, 1200, 0.85), TurnRow("turn 2 (a long name)", 40, 1180, 40, 0.05, 20)]
+    for text in (table("starter", rows), compare_table("starter", {"cold": rows, "warm": rows})):
+        lines = text.splitlines()
+        assert len(lines) == 4 and len({len(line) for line in lines}) == 1  # every column lined up
+        assert set(lines[1]) == {"|", "-"}
+        assert lines[3].startswith("| starter | turn 2 (a long name) |")
+    assert table("starter", rows).splitlines()[0].split("|")[1:-1] == [
+        " model   ", " test                 ", " prompt ", " reused ", " evaluated ", " TTFT   "]

@@ -17,6 +17,7 @@ import statistics
 import sys
 from dataclasses import dataclass, field, replace
 
+from pocketchat.commands.mdtable import markdown_table
 from pocketchat.commands.statusline import StatusLine
 from pocketchat.commands.turns import WORDS
 from pocketchat.commands.turns import final_chunk as _last
@@ -293,10 +294,7 @@ def _table(name: str, size: int | None, runs) -> str:
         where = info.placement if plan.rpc_servers else plan.placement
         rows += [[name, size_s, info.backend, where, threads, r.test,
                   f"{r.mean:.2f} ± {r.stdev:.2f}"] for r in results]
-    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
-    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
-    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-    return "\n".join([line(head), sep, *(line(r) for r in rows)])
+    return markdown_table(head, rows)
 
 
 def template_kwargs(pairs: list[str]) -> dict:
