@@ -288,8 +288,8 @@ def main() -> int:
                     help="only the real chat in tmux: a busy process mid-answer, the status "
                          "bar read every second")
     args = ap.parse_args()
-    from pocketchat.commands.common import choose_model
-    from pocketchat.commands.selection import Selection
+    from pocketchat.choose.model import choose_model
+    from pocketchat.choose.selection import Selection
 
     figures = {}
     for spec in args.model or ["starter"]:

@@ -43,8 +43,8 @@ TOK_S = re.compile(r"(\d+(?:\.\d+)?) tok/s")
 
 
 def choose(ctx: int):
-    from pocketchat.commands.common import choose_model
-    from pocketchat.commands.selection import Selection
+    from pocketchat.choose.model import choose_model
+    from pocketchat.choose.selection import Selection
 
     args = Selection(model="starter", ctx=ctx, offline=True, yes=True)
     return choose_model(args)

@@ -44,14 +44,7 @@ for _p in (str(REPO), str(REPO / "tests")):
 from support.tinymoe import SPECIALS, add_tokenizer, byte_symbols  # noqa: E402
 from support.tinyqwen35 import QWEN35_TEMPLATE, Qwen35Shape, TensorSpec, add_hparams, tensor_table  # noqa: E402
 
-# POCKET-35B (shared/pocket-builds.md): Qwen3.5-35B-A3B's shape.
-POCKET = Qwen35Shape(
-    n_embd=2048, n_head=16, n_head_kv=2, head_dim=256, n_layer=40, full_attention_interval=4,
-    n_expert=256, n_expert_used=8, n_ff_exp=512, n_ff_shexp=512, n_ctx_train=262_144,
-    ssm_state=128, ssm_groups=16, ssm_v_heads=32, ssm_conv=4,
-    rope_dims=64, rope_sections=(11, 11, 10, 0), rope_base=10_000_000.0,
-)
-POCKET_VOCAB = 248_320
+from pocketchat.modelfile.qwen35 import POCKET, POCKET_VOCAB  # noqa: E402,F401 - POCKET-35B's shape
 QUANTS = ("Q2_K", "IQ1_M", "Q3_K_M", "Q4_K_M")
 # ggml_type numbers (gguf.GGMLQuantizationType) and llama_ftype numbers (gguf.LlamaFileType).
 F32, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ2_XXS, IQ1_M = 0, 10, 11, 12, 13, 14, 16, 29

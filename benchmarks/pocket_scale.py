@@ -189,8 +189,8 @@ def child_quiet(cfg: dict) -> None:
 
 def child_pcload(cfg: dict) -> None:
     """pocketchat's worker engine, opened as the chat opens it: the time until it is ready."""
-    from pocketchat.commands.common import choose_model
-    from pocketchat.commands.selection import Selection
+    from pocketchat.choose.model import choose_model
+    from pocketchat.choose.selection import Selection
     from pocketchat.engines import open_engine
 
     choice = choose_model(Selection(model=cfg["path"], offline=True).checked())

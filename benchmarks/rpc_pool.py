@@ -41,8 +41,8 @@ def start_server(threads: int) -> tuple[subprocess.Popen, str]:
 
 
 def kill_time(endpoint: str, proc: subprocess.Popen, threads: int) -> float:
-    from pocketchat.commands.common import choose_model
-    from pocketchat.commands.selection import Selection
+    from pocketchat.choose.model import choose_model
+    from pocketchat.choose.selection import Selection
     from pocketchat.engines import open_engine
     from pocketchat.engines.types import ChatOptions, Message
     from pocketchat.errors import HelperGone

@@ -33,8 +33,8 @@ from pocketchat.engines.types import (Answer, ChatOptions, Chunk, Engine, Engine
 from pocketchat.errors import ApiError, EngineClosed, EngineError, PocketchatError
 
 if TYPE_CHECKING:
-    from pocketchat.commands.common import ModelChoice
-    from pocketchat.commands.selection import Selection
+    from pocketchat.choose.model import ModelChoice
+    from pocketchat.choose.selection import Selection
     from pocketchat.store.types import DownloadPlan, DownloadProgress
     from pocketchat.types import Backend, LoadPlan
 
@@ -66,7 +66,7 @@ def choose(selection: "Selection", *, confirm: Callable[["DownloadPlan"], bool] 
     Downloads what is missing (asking `confirm` first when given); OfflineError when it is
     not on disk and the Hub cannot be reached or `selection.offline` is set.
     """
-    from pocketchat.commands.common import choose_model
+    from pocketchat.choose.model import choose_model
 
     return choose_model(selection, confirm=confirm, progress=progress)
 
@@ -101,7 +101,7 @@ def load(model: str | None = None, *, ctx: int | None = None, backend: "Backend 
     written to stderr then). The progress is a bar on stderr when stderr is a terminal, or
     goes to `progress(p)` (a `DownloadProgress`) when given. `offline`: never the network.
     """
-    from pocketchat.commands.selection import Selection
+    from pocketchat.choose.selection import Selection
 
     selection = Selection(model=model, ctx=ctx, backend=backend, offline=offline,
                           threads=threads, lang=lang, yes=True).checked()

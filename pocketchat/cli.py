@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from pocketchat import __version__
-from pocketchat.commands.selection import add_selection_args
+from pocketchat.choose.selection import add_selection_args
 from pocketchat.errors import DiskFull, DownloadDeclined, NotWritable, PocketchatError
 
 # Subcommand name -> module in pocketchat.commands (imported only when used).

@@ -140,7 +140,9 @@ class Build:
 
 @dataclass(frozen=True)
 class Sampling:
-    """Sampling defaults for a model; the chat may override any of them."""
+    """Sampling defaults for a model; a request may override any of them. The field defaults
+    are POCKET's and the one place these numbers are written: `select/defaults.py` picks a
+    Sampling per kind of model, and an engine falls back on `Sampling()` where a plan has none."""
 
     temperature: float = 0.6
     top_p: float = 0.95
@@ -148,6 +150,11 @@ class Sampling:
     min_p: float = 0.0
     repeat_penalty: float = 1.0
 
+
+# Prompt tokens evaluated in one batch (llama.cpp's n_batch, MLX's prompt step) unless a plan
+# trades it for memory (`select/ladder.py`): the plan's default, what the estimate counts, and a
+# prompt's progress piece.
+N_BATCH = 512
 
 # Checkpoints of a recurrent state (hybrid models such as POCKET) that the engine's prompt
 # cache keeps in RAM, and the memory estimate counts: at most this many, and this many bytes.
@@ -183,7 +190,7 @@ class LoadPlan:
     flash_attn: bool = False
     use_mmap: bool = True
     kv_type: str = "f16"
-    n_batch: int = 512
+    n_batch: int = N_BATCH
     checkpoints: int = MAX_CHECKPOINTS  # recurrent-state copies the prompt cache may keep
     parallel: int = 1  # sequences loaded and decoded together; each has n_ctx tokens
     serve_parallel: int = 1  # what `serve` loads by default: the sequences the memory holds

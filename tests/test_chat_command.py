@@ -9,8 +9,8 @@ import pytest
 
 from pocketchat import cli, conversations
 from pocketchat.commands import chat
-from pocketchat.commands.common import ModelChoice
-from pocketchat.commands.selection import Selection
+from pocketchat.choose.model import ModelChoice
+from pocketchat.choose.selection import Selection
 from pocketchat.errors import OfflineError
 from pocketchat.types import LoadPlan
 
@@ -107,7 +107,7 @@ def offline_then_starter(monkeypatch):
             raise OfflineError("POCKET-Q4 is not on disk and the Hub cannot be reached")
         return _choice("SmolLM2-135M-Instruct (starter)")
 
-    monkeypatch.setattr("pocketchat.commands.common.choose_model", choose_model)
+    monkeypatch.setattr("pocketchat.choose.model.choose_model", choose_model)
     return seen
 
 

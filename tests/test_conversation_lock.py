@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from pocketchat import conversations
+from pocketchat import conversations, filehold
 from pocketchat.conversations import Conversation
 from pocketchat.paths import settings
 
@@ -114,7 +114,7 @@ def test_a_recorded_pid_that_is_gone_is_not_named_where_the_openers_are_unknown(
     """Without /proc (macOS, BSD): the recorded pid only when that process is alive."""
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait(10)
-    monkeypatch.setattr(conversations, "_openers", lambda path: None)
+    monkeypatch.setattr(filehold, "_openers", lambda path: None)
     assert conversations.holder(tmp_path / "x.lock", gone.pid) == 0
     assert conversations.holder(tmp_path / "x.lock", os.getpid()) == os.getpid()
     assert conversations.holder(tmp_path / "x.lock", 0) == 0

@@ -35,7 +35,7 @@ def test_continue_after_the_chats_model_was_removed_names_it(tmp_path):
     and the chat says which model it was held with."""
     from support.uitools import SIZE, ready, run, screen_text, wait_for
     from pocketchat.commands import chat
-    from pocketchat.commands.selection import Selection
+    from pocketchat.choose.selection import Selection
     from pocketchat.ui.app import create_app
 
     gone = tmp_path / "Mine-Q4_K_M.gguf"
@@ -61,7 +61,7 @@ def test_continue_after_the_chats_model_was_removed_names_it(tmp_path):
 
 def test_continue_keeps_a_model_that_is_there_or_given():
     from pocketchat.commands.chat import resume_selection
-    from pocketchat.commands.selection import Selection
+    from pocketchat.choose.selection import Selection
 
     args = cli._root_parser().parse_args(["--continue"])
     sel = Selection.from_args(args)

@@ -13,7 +13,7 @@ from support.hubserver import HubFile
 from pocketchat import cli
 from pocketchat.cli import main
 from pocketchat.commands import chat
-from pocketchat.commands.selection import Selection
+from pocketchat.choose.selection import Selection
 from pocketchat.errors import ModelTooLarge, UnsupportedModel
 from pocketchat.store import cache
 from pocketchat.store.header import CHECK_MIN_FILE_BYTES
@@ -199,7 +199,7 @@ def test_the_checks_before_the_question_are_on_screen(repos):
     """The header read, the runtime's answer and the probe ran before the question with the
     terminal blank (4 s on a first run). Each step is a line now, rewritten as bytes arrive,
     and the question starts on a line of its own."""
-    from pocketchat.commands.common import download_vet
+    from pocketchat.choose.model import download_vet
     from pocketchat.commands.download import TerminalProgress, make_confirm
     from pocketchat.store import api as store
     from pocketchat.store.fetcher import HEADER_STEP, VET_STEP
@@ -259,7 +259,7 @@ def test_a_header_that_trickles_in_shows_its_bytes_and_stops_with_the_rate(repos
 def test_a_named_model_not_on_disk_shows_the_probe_before_it_runs(repos, monkeypatch):
     """`pocketchat -p ... --model REPO:QUANT`: the machine's probe (its memory bandwidth is
     measured on a first run) comes before the model's checks; its step is on screen first."""
-    from pocketchat.commands.common import PROBE_STEP, choose_model
+    from pocketchat.choose.model import PROBE_STEP, choose_model
     from pocketchat.errors import DownloadDeclined
     from pocketchat.select import probe
     from pocketchat.store.fetcher import HEADER_STEP, VET_STEP

@@ -55,8 +55,8 @@ def test_a_long_prompt_reports_progress_before_the_first_token(maker):
 @pytest.fixture
 def starter_factory(starter_gguf):
     pytest.importorskip("llama_cpp")
-    from pocketchat.commands.common import choose_model
-    from pocketchat.commands.selection import Selection
+    from pocketchat.choose.model import choose_model
+    from pocketchat.choose.selection import Selection
     from pocketchat.engines import open_engine
     from pocketchat.ui.streaming import CHUNK_INTERVAL
 

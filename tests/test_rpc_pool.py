@@ -67,14 +67,14 @@ def server():
 
 
 def args_for(*extra: str):
-    from pocketchat.commands.selection import Selection
+    from pocketchat.choose.selection import Selection
 
     args = cli._root_parser().parse_args(["--model", "starter", "--ctx", "1024", "--offline", *extra])
     return Selection.from_args(args)
 
 
 def pooled_choice(endpoint: str):
-    from pocketchat.commands.common import choose_model
+    from pocketchat.choose.model import choose_model
 
     choice = choose_model(args_for("--rpc", endpoint))
     plan = replace(choice.plan, n_threads=1, n_threads_batch=1)

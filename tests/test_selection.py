@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pocketchat import cli
-from pocketchat.commands.selection import Selection
+from pocketchat.choose.selection import Selection
 from pocketchat.errors import UsageError
 from pocketchat.select import fit
 
@@ -70,21 +70,21 @@ def test_bench_lang_is_checked_before_anything_loads(capsys):
 
 
 def test_starter_ctx_above_what_it_was_trained_for_is_lowered_with_a_note(starter_gguf):
-    choice = __import__("pocketchat.commands.common", fromlist=["x"]).choose_model(
+    choice = __import__("pocketchat.choose.model", fromlist=["x"]).choose_model(
         Selection(model="starter", ctx=100_000, offline=True))
     assert choice.plan.n_ctx == 8192  # SmolLM2's context_length
     assert choice.plan.notes == ("--ctx 100000 is more than the model was trained for; using 8192",)
 
 
 def test_backend_mlx_with_a_gguf_is_refused(starter_gguf):
-    from pocketchat.commands.common import choose_model
+    from pocketchat.choose.model import choose_model
 
     with pytest.raises(UsageError, match="runs on llama.cpp, not on --backend mlx"):
         choose_model(Selection(model=str(starter_gguf), backend="mlx"))
 
 
 def test_threads_flag_reaches_the_plan_on_every_path(starter_gguf):
-    from pocketchat.commands.common import choose_model, recommend
+    from pocketchat.choose.model import choose_model, recommend
 
     assert choose_model(Selection(model="starter", threads=1, offline=True)).plan.n_threads == 1
     rec = recommend(Selection(hardware=Path(MACHINE), threads=3))

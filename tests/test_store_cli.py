@@ -72,8 +72,8 @@ def test_download_errors_are_one_message(hub, repo, capsys):
 
 
 def test_download_without_spec_fetches_the_recommended_build(hub, capsys):
-    from pocketchat.commands.common import recommend
-    from pocketchat.commands.selection import Selection
+    from pocketchat.choose.model import recommend
+    from pocketchat.choose.selection import Selection
 
     profile = str(PROFILES / "linux-32gb.json")
     build = recommend(Selection(hardware=Path(profile))).recommended.build  # whatever the ranking picks for this machine

@@ -280,7 +280,7 @@ def test_the_status_bar_shows_the_rate_of_the_last_seconds_and_why_the_threads_m
 def test_the_threads_flag_pins_the_plan_and_nothing_else_does():
     import argparse
 
-    from pocketchat.commands.selection import Selection, add_selection_args
+    from pocketchat.choose.selection import Selection, add_selection_args
     from pocketchat.types import LoadPlan
 
     plan = LoadPlan(backend="llama.cpp", placement="cpu", n_gpu_layers=0, n_ctx=2048,

@@ -145,8 +145,8 @@ def test_the_keys_panel_closes_with_esc():
 
 def test_the_hardware_page_shows_a_recommendation_and_every_cpu_flag(tmp_path):
     from pocketchat.commands.chat import describe_setup
-    from pocketchat.commands.common import choose_model
-    from pocketchat.commands.selection import Selection
+    from pocketchat.choose.model import choose_model
+    from pocketchat.choose.selection import Selection
 
     profile = json.loads((PROFILES / "linux-32gb.json").read_text())
     profile["cpu_flags"] = [f"flag{i:02d}_extension" for i in range(40)] + ["zz_last_flag"]

@@ -18,8 +18,8 @@ TOK_S = re.compile(r"(\d+(?:\.\d+)?) tok/s")
 def real_factory(starter_gguf):
     pytest.importorskip("llama_cpp")
 
-    from pocketchat.commands.common import choose_model
-    from pocketchat.commands.selection import Selection
+    from pocketchat.choose.model import choose_model
+    from pocketchat.choose.selection import Selection
     from pocketchat.engines import open_engine
 
     args = Selection(model="starter", ctx=2048, offline=True, yes=True)

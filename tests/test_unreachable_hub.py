@@ -65,7 +65,7 @@ class Hooks:
 
 
 def _session(*argv: str) -> Session:
-    from pocketchat.commands.selection import Selection
+    from pocketchat.choose.selection import Selection
 
     return Session(Selection.from_args(cli._root_parser().parse_args(list(argv))))
 

@@ -17,6 +17,7 @@ import statistics
 import sys
 from dataclasses import dataclass, field, replace
 
+from pocketchat.commands.mdtable import markdown_table
 from pocketchat.commands.statusline import StatusLine
 from pocketchat.commands.turns import WORDS
 from pocketchat.commands.turns import final_chunk as _last
@@ -40,7 +41,7 @@ class Result:
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    from pocketchat.commands.selection import add_selection_args
+    from pocketchat.choose.selection import add_selection_args
 
     add_selection_args(p)
     p.description = "Measure prompt (pp) and generation (tg) speed of a model, like llama-bench."
@@ -133,8 +134,8 @@ def _threads_seen(chunks, notes: list[str]):
 
 
 def run(args: argparse.Namespace) -> int:
-    from pocketchat.commands.common import choose_model
-    from pocketchat.commands.selection import Selection
+    from pocketchat.choose.model import choose_model
+    from pocketchat.choose.selection import Selection
     from pocketchat.errors import UsageError
 
     if args.forget:
@@ -163,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
         return _run_turns(plan, choice, args)
     runs = [(plan, *_measure(plan, choice, args))]
     if plan.rpc_servers:  # pooled: the same model alone too, when it fits, for comparison
-        from pocketchat.commands.pooling import alone_plan
+        from pocketchat.choose.pooling import alone_plan
         from pocketchat.errors import EngineError
 
         try:
@@ -172,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
             print(visible(f"not run alone: {exc.message}"), file=sys.stderr)
         else:
             runs.append((alone, *_measure(alone, choice, args)))
-    from pocketchat.commands.common import model_size
+    from pocketchat.choose.model import model_size
 
     size = model_size(choice.path)
     # The figures first: a save that fails afterwards (a read-only or full cache) loses nothing.
@@ -260,7 +261,7 @@ def _json(choice, size: int, args: argparse.Namespace, run) -> dict:
 
 def record_speed(choice, sel, tok_s: float) -> None:
     """Keep the measured generation speed next to the estimate, for --recommend's ranking."""
-    from pocketchat.commands.common import gguf_facts
+    from pocketchat.choose.model import gguf_facts
     from pocketchat.paths import settings
     from pocketchat.select import estimate as est
     from pocketchat.select import fit, measured
@@ -293,10 +294,7 @@ def _table(name: str, size: int | None, runs) -> str:
         where = info.placement if plan.rpc_servers else plan.placement
         rows += [[name, size_s, info.backend, where, threads, r.test,
                   f"{r.mean:.2f} ± {r.stdev:.2f}"] for r in results]
-    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
-    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
-    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-    return "\n".join([line(head), sep, *(line(r) for r in rows)])
+    return markdown_table(head, rows)
 
 
 def template_kwargs(pairs: list[str]) -> dict:

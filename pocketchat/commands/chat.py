@@ -15,8 +15,8 @@ from typing import Any, Callable
 
 from pocketchat import conversations
 from pocketchat.commands import oneshot
-from pocketchat.commands.common import STARTER, ModelChoice
-from pocketchat.commands.selection import Selection
+from pocketchat.choose.model import STARTER, ModelChoice
+from pocketchat.choose.selection import Selection
 from pocketchat.errors import OfflineError, UsageError
 from pocketchat.engines.types import ChatOptions, Engine
 from pocketchat.store.types import DownloadPlan, DownloadProgress
@@ -135,7 +135,7 @@ def describe_setup(sel: Selection, choice: ModelChoice | None) -> str:
         rec = choice.recommendation if choice else None
         chosen = ""
         if rec is None and not sel.rpc:  # chosen with --model (or the starter offline): still
-            from pocketchat.commands.common import recommend  # say what this machine would get
+            from pocketchat.choose.model import recommend  # say what this machine would get
 
             rec = recommend(sel)
             chosen = (f"\n\nThis chat runs {choice.label if choice else 'the model'}, chosen with "
@@ -164,7 +164,7 @@ class Session:
         self.alone = False  # a pooled choice reloaded on this machine alone (a helper went away)
 
     def prepare(self, hooks: Any) -> None:
-        from pocketchat.commands.common import choose_model
+        from pocketchat.choose.model import choose_model
 
         sel = self.sel
         confirm = None if sel.yes else confirm_adapter(hooks)
@@ -196,7 +196,7 @@ class Session:
         assert self.choice is not None, "prepare() runs first"
         plan = self.choice.plan
         if plan.rpc_servers and (self.helper_lost or self.alone):
-            from pocketchat.commands.pooling import alone_plan
+            from pocketchat.choose.pooling import alone_plan
             from pocketchat.rpc.wire import reachable
 
             self.alone = any(reachable(ep) for ep in plan.rpc_servers)

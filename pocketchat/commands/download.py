@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import TextIO
 
-from pocketchat.commands.selection import Selection, add_selection_args
+from pocketchat.choose.selection import Selection, add_selection_args
 from pocketchat.errors import UsageError
 from pocketchat.store.progress import TerminalProgress, human_duration  # noqa: F401 - the CLI's
 from pocketchat.store.types import DownloadPlan, DownloadProgress, human_bytes
@@ -43,15 +43,27 @@ def make_confirm(yes: bool, stdin: TextIO | None = None, stream: TextIO | None =
     return confirm
 
 
+def choose_on_terminal(sel: Selection):
+    """The model a command runs (`api.choose`), asked about and shown on the terminal as
+    `pocketchat download` does: the question (none with --yes), the checks' and download's bar."""
+    from pocketchat import api
+
+    progress = TerminalProgress()
+    try:
+        return api.choose(sel, confirm=make_confirm(sel.yes), progress=progress)
+    finally:
+        progress.finish()
+
+
 def run(args: argparse.Namespace) -> int:
-    from pocketchat.commands.common import download_vet
+    from pocketchat.choose.model import download_vet
     from pocketchat.store import api as store
 
     sel = Selection.from_args(args)
     spec = args.spec
     progress = TerminalProgress()
     if not spec:
-        from pocketchat.commands.common import recommend
+        from pocketchat.choose.model import recommend
         from pocketchat.select.report import nothing_fits
 
         if sel.hardware is None:  # the probe: a second or two on a first run

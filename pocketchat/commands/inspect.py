@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from pocketchat.commands.selection import Selection, add_selection_args
+from pocketchat.choose.selection import Selection, add_selection_args
 from pocketchat.textsafe import visible
 
 
@@ -24,7 +24,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 def read_facts(spec: str, offline: bool):
     """(name, facts, where the header came from) for the starter, a local file, a model on
     disk, or one on the Hub (its header read over HTTP Range)."""
-    from pocketchat.commands.common import gguf_facts
+    from pocketchat.choose.model import gguf_facts
     from pocketchat.errors import CorruptModel, ModelNotFound
     from pocketchat.modelfile.facts import facts_of
     from pocketchat.modelfile.gguf import check_gguf

@@ -15,7 +15,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Iterator, TextIO
 
-from pocketchat.commands.selection import Selection
+from pocketchat.choose.selection import Selection
 from pocketchat.commands.statusline import StatusLine
 from pocketchat.errors import UsageError
 from pocketchat.textsafe import visible
@@ -68,14 +68,10 @@ def read_prompt(args: argparse.Namespace, stdin: TextIO | None = None) -> str:
 def run(args: argparse.Namespace, sel: Selection) -> int:
     """Answer one question on stdout and exit."""
     from pocketchat import api
-    from pocketchat.commands.download import TerminalProgress, make_confirm
+    from pocketchat.commands.download import choose_on_terminal
 
     check_source(args)  # before the model is chosen: a missing question is said at once
-    progress = TerminalProgress()
-    try:
-        choice = api.choose(sel, confirm=make_confirm(sel.yes), progress=progress)
-    finally:
-        progress.finish()
+    choice = choose_on_terminal(sel)
     question = read_prompt(args)
     for note in choice.plan.notes:
         print(visible(f"note: {note}"), file=sys.stderr)

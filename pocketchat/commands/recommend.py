@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from pocketchat.commands.common import recommend
-from pocketchat.commands.selection import Selection
+from pocketchat.choose.model import recommend
+from pocketchat.choose.selection import Selection
 from pocketchat.textsafe import visible
 
 
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_pooled(args: argparse.Namespace, sel: Selection, profile) -> int:
     """`--recommend --rpc`: the best build alone vs pooled, and whether pooling pays."""
-    from pocketchat.commands.pooling import advice, helpers_for
+    from pocketchat.choose.pooling import advice, helpers_for
     from pocketchat.select import pool, report
 
     adv = advice(sel, profile, helpers_for(sel))

@@ -19,7 +19,7 @@ from pocketchat.errors import PocketchatError, UsageError
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    from pocketchat.commands.selection import add_selection_args
+    from pocketchat.choose.selection import add_selection_args
 
     add_selection_args(p)
     p.description = ("Serve the chosen model as an OpenAI-compatible API: point a client at "
@@ -103,9 +103,8 @@ def model_id(choice) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pocketchat import api
-    from pocketchat.commands.download import TerminalProgress, make_confirm
-    from pocketchat.commands.selection import Selection
+    from pocketchat.commands.download import choose_on_terminal
+    from pocketchat.choose.selection import Selection
     from pocketchat.paths import settings
     from pocketchat.server.cors import parse_origin
 
@@ -130,11 +129,7 @@ def run(args: argparse.Namespace) -> int:
     sel = Selection.from_args(args)
     if args.prompt_cache_mb is not None:  # before any download
         check_prompt_cache(args.prompt_cache_mb, sel.profile())
-    progress = TerminalProgress()
-    try:
-        choice = api.choose(sel, confirm=make_confirm(sel.yes), progress=progress)
-    finally:
-        progress.finish()
+    choice = choose_on_terminal(sel)
     if args.prompt_cache_mb is not None:
         choice = replace(choice, plan=replace(choice.plan,
                                               prompt_cache_bytes=args.prompt_cache_mb * 1024**2))

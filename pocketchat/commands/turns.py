@@ -20,6 +20,8 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from pocketchat.commands.mdtable import markdown_table
+
 WORDS = (
     "river stone light paper window garden music table story mountain cloud letter bridge "
     "market summer winter forest silver engine circle market yellow thunder harbor candle "
@@ -123,10 +125,7 @@ def table(name: str, rows: list[TurnRow]) -> str:
     head = ["model", "test", "prompt", "reused", "evaluated", "TTFT"]
     body = [[name, r.test, str(r.prompt_tokens), str(r.reused_tokens), str(r.evaluated_tokens),
              f"{r.ttft_s * 1000:.0f} ms"] for r in rows]
-    widths = [max(len(h), *(len(row[i]) for row in body)) for i, h in enumerate(head)]
-    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
-    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-    return "\n".join([line(head), sep, *(line(r) for r in body)])
+    return markdown_table(head, body)
 
 
 def compare_table(name: str, runs: dict[str, list[TurnRow]]) -> str:
@@ -145,7 +144,4 @@ def compare_table(name: str, runs: dict[str, list[TurnRow]]) -> str:
             row += [str(r.prompt_tokens), str(r.kept_tokens), str(r.prepared_tokens),
                     str(r.evaluated_tokens)]
         body.append(row)
-    widths = [max(len(h), *(len(row[i]) for row in body)) for i, h in enumerate(head)]
-    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
-    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-    return "\n".join([line(head), sep, *(line(r) for r in body)])
+    return markdown_table(head, body)

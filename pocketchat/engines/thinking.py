@@ -16,16 +16,10 @@ When the prompt already opened the block (a chat template whose generation promp
 
 from __future__ import annotations
 
+from pocketchat.engines.partial import partial_suffix
+
 OPEN_TAG = "<think>"
 CLOSE_TAG = "</think>"
-
-
-def _partial_tag_len(text: str, tag: str) -> int:
-    """Length of the longest suffix of `text` that is a proper prefix of `tag`."""
-    for n in range(min(len(text), len(tag) - 1), 0, -1):
-        if text.endswith(tag[:n]):
-            return n
-    return 0
 
 
 class ThinkSplitter:
@@ -60,7 +54,7 @@ class ThinkSplitter:
                 self.saw_thinking = True
                 self._after_tag = True
                 continue
-            keep = _partial_tag_len(text, tag)
+            keep = partial_suffix(text, (tag,))
             if keep:
                 self._pending = text[-keep:]
                 text = text[:-keep]

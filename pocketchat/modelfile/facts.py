@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pocketchat.modelfile.gguf import EXPERT_TENSOR, GGUFInfo
+from pocketchat.modelfile.layers import is_full_attention
 
 _LAYER = re.compile(r"^blk\.(\d+)\.")
 _RECURRENT_TENSOR = re.compile(r"^blk\.\d+\.(ssm_|time_mix_|shortconv)")
@@ -99,6 +100,11 @@ class ModelFacts:
             per += width
         return per
 
+    def kv_cache_bytes(self, n_ctx: int, elem_bytes: float = 2.0) -> int:
+        """The KV cache at `n_ctx` tokens (F16 by default): only the layers that hold one (a
+        hybrid model's recurrent layers hold none; `layers.py` says which are full attention)."""
+        return int(self.kv_bytes_per_token(elem_bytes) * max(0, n_ctx))
+
     def expert_bytes_of_first(self, n_layers: int) -> int:
         """Routed-expert bytes of the first `n_layers` layers (what `--n-cpu-moe N` keeps in RAM)."""
         return sum(b for layer, b in self.expert_layer_bytes if layer < n_layers)
@@ -140,7 +146,7 @@ def _layer_kinds(info: GGUFInfo, n_layer: int, kv_heads: list[int]) -> tuple[lis
         if arr is not None:
             recurrent = {i for i, r in enumerate(arr[:n_layer]) if r}
         elif interval > 0:
-            recurrent = {i for i in range(n_layer) if (i + 1) % interval}
+            recurrent = {i for i in range(n_layer) if not is_full_attention(i, interval)}
         elif f"{arch}.ssm.state_size" in meta or f"{arch}.wkv.head_size" in meta:
             recurrent = {i for i in range(n_layer) if kv_heads[i] == 0}
         attention = set(range(n_layer))

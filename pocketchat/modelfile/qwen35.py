@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pocketchat.modelfile.layers import is_full_attention
+
 
 @dataclass(frozen=True)
 class Qwen35Shape:
@@ -46,7 +48,7 @@ class Qwen35Shape:
         return self.ssm_state * self.ssm_v_heads
 
     def is_full_attention(self, layer: int) -> bool:
-        return (layer + 1) % self.full_attention_interval == 0
+        return is_full_attention(layer, self.full_attention_interval)
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,7 @@ class TensorSpec:
 
 
 POCKET = Qwen35Shape()  # POCKET-35B (shared/pocket-builds.md): Qwen3.5-35B-A3B's shape
+POCKET_VOCAB = 248_320  # its vocabulary (Qwen3.5's)
 
 
 def tensor_table(shape: Qwen35Shape, n_vocab: int) -> list[TensorSpec]:

@@ -1,4 +1,6 @@
-"""What a plan sets when the user did not: CPU threads and sampling. The one owner of both."""
+"""What a plan sets when the user did not: CPU threads and sampling. The one owner of both
+(which `Sampling` each kind of model gets; POCKET's numbers are `types.Sampling`'s defaults,
+where the engines, which do not import `select`, find them too)."""
 
 from __future__ import annotations
 

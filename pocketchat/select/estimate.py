@@ -13,17 +13,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pocketchat.modelfile.facts import ModelFacts
+from pocketchat.modelfile.layers import full_attention_layers
+from pocketchat.modelfile.qwen35 import POCKET, POCKET_VOCAB
 from pocketchat.select.catalog import bytes_per_token, expert_bytes
 from typing import Sequence
 
 from pocketchat.select import kernels as kern
 from pocketchat.select.budget import Link
 from pocketchat.select.repack import pocket_type_bytes, repacked_bytes
-from pocketchat.types import GPU, MAX_CHECKPOINTS, Build, Helper, KernelProfile, MiB, checkpoint_bytes
+from pocketchat.types import GPU, MAX_CHECKPOINTS, N_BATCH, Build, Helper, KernelProfile, MiB, checkpoint_bytes
 
-# KV cache at F16: only the 10 full-attention layers hold one:
-# 10 layers x 2 KV heads x 256 head dim x 2 (K and V) x 2 bytes.
-KV_BYTES_PER_TOKEN = 10 * 2 * 256 * 2 * 2
 # Gated-DeltaNet recurrent state, per sequence.
 RECURRENT_STATE_BYTES = 63 * 1000**2
 # Compute buffers (logits for a 248k vocabulary at n_batch 512, attention scratch) and the
@@ -47,10 +46,8 @@ KV_PAD = 256  # llama.cpp pads the KV cache to a multiple of 256 cells
 # Bytes per element of the KV cache types a plan may name.
 KV_ELEM_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q5_1": 24 / 32, "q5_0": 22 / 32,
                  "q4_1": 20 / 32, "q4_0": 18 / 32, "iq4_nl": 18 / 32}  # fmt: skip
-# POCKET (qwen35moe) for the offline fallback.
-POCKET_LAYERS = 40
-POCKET_VOCAB = 248_320
-POCKET_EMBD = 2048
+# POCKET (qwen35moe) for the offline fallback: its shape is modelfile/qwen35.py's.
+POCKET_LAYERS = POCKET.n_layer
 
 # Speed. On the CPU a token takes the larger of its bytes over the bandwidth below and its
 # bytes at this machine's measured kernel rates (select/kernels.py, when the probe measured
@@ -148,10 +145,6 @@ class MemoryNeed:
         return self.total + self.cold
 
 
-def kv_cache_bytes(n_ctx: int, kv_bytes_per_token: int = KV_BYTES_PER_TOKEN) -> int:
-    return n_ctx * kv_bytes_per_token
-
-
 def effective_ctx(facts: ModelFacts, n_ctx: int) -> int:
     """The context llama.cpp allocates: at most the trained one (as the loader asks), padded."""
     if facts.context_length:
@@ -164,7 +157,7 @@ def runtime_bytes(facts: ModelFacts) -> int:
     return RUNTIME_BASE_BYTES + facts.vocab_size * VOCAB_TOKEN_BYTES + facts.merge_count * MERGE_BYTES
 
 
-def compute_bytes(facts: ModelFacts, n_ctx: int, *, on_gpu: bool, n_batch: int = 512) -> int:
+def compute_bytes(facts: ModelFacts, n_ctx: int, *, on_gpu: bool, n_batch: int = N_BATCH) -> int:
     """Compute buffers: on a GPU the whole reserve (allocated up front), on the CPU what is touched."""
     activations = n_batch * facts.n_embd * ACTIVATION_BYTES_PER_EMBD
     if on_gpu:  # logits of one batch plus activations; flash attention keeps KQ small
@@ -173,7 +166,7 @@ def compute_bytes(facts: ModelFacts, n_ctx: int, *, on_gpu: bool, n_batch: int =
 
 
 def need_from_facts(facts: ModelFacts, n_ctx: int, *, on_gpu: bool = False, kv_type: str = "f16",
-                    n_batch: int = 512, checkpoints: int = MAX_CHECKPOINTS,
+                    n_batch: int = N_BATCH, checkpoints: int = MAX_CHECKPOINTS,
                     repack: frozenset[int] = frozenset()) -> MemoryNeed:
     """Weights + KV cache + recurrent state + compute + runtime + `checkpoints` copies of the
     state, from the header's facts. `repack`: the ggml types llama.cpp repacks on this CPU
@@ -183,7 +176,7 @@ def need_from_facts(facts: ModelFacts, n_ctx: int, *, on_gpu: bool = False, kv_t
     repacked = 0 if on_gpu else repacked_bytes(facts.weight_type_bytes, repack)
     return MemoryNeed(
         weights=facts.weight_bytes - facts.embedding_bytes,
-        kv_cache=int(facts.kv_bytes_per_token(elem) * ctx),
+        kv_cache=facts.kv_cache_bytes(ctx, elem),
         state=facts.recurrent_state_bytes,
         compute=compute_bytes(facts, ctx, on_gpu=on_gpu, n_batch=min(n_batch, ctx)),
         overhead=runtime_bytes(facts),
@@ -200,12 +193,14 @@ def pocket_facts(build: Build) -> ModelFacts:
     moe = build.expert_fraction > 0
     experts = int(build.size_bytes * build.expert_fraction) if moe else 0
     per_layer = experts // POCKET_LAYERS
+    kv = full_attention_layers(POCKET.n_layer, POCKET.full_attention_interval)
     return ModelFacts(
         arch="qwen35moe" if moe else "unknown", name=build.id, file_bytes=build.size_bytes,
-        weight_bytes=build.size_bytes, block_count=POCKET_LAYERS, context_length=262_144,
-        vocab_size=POCKET_VOCAB, n_embd=POCKET_EMBD, n_head=16,
-        kv_layers=tuple(range(3, POCKET_LAYERS, 4)), kv_heads=(2,) * 10, key_length=256, value_length=256,
-        recurrent_layers=tuple(i for i in range(POCKET_LAYERS) if (i + 1) % 4) if moe else (),
+        weight_bytes=build.size_bytes, block_count=POCKET_LAYERS, context_length=POCKET.n_ctx_train,
+        vocab_size=POCKET_VOCAB, n_embd=POCKET.n_embd, n_head=POCKET.n_head,
+        kv_layers=kv, kv_heads=(POCKET.n_head_kv,) * len(kv), key_length=POCKET.head_dim,
+        value_length=POCKET.head_dim,
+        recurrent_layers=tuple(i for i in range(POCKET_LAYERS) if i not in kv) if moe else (),
         recurrent_state_bytes=RECURRENT_STATE_BYTES if moe else 0,
         expert_count=build.n_experts if moe else 0, expert_used_count=ACTIVE_EXPERTS if moe else 0,
         expert_layer_bytes=tuple((i, per_layer) for i in range(POCKET_LAYERS)) if moe else (),
@@ -226,9 +221,8 @@ def build_from_facts(facts: ModelFacts, name: str, *, repo_id: str = "", filenam
     )
 
 
-def memory_need(build: Build, n_ctx: int, *, kv_bytes_per_token: int = KV_BYTES_PER_TOKEN,
-                on_gpu: bool = False, checkpoints: int = MAX_CHECKPOINTS, n_batch: int = 512,
-                repack: frozenset[int] = frozenset()) -> MemoryNeed:
+def memory_need(build: Build, n_ctx: int, *, on_gpu: bool = False, checkpoints: int = MAX_CHECKPOINTS,
+                n_batch: int = N_BATCH, repack: frozenset[int] = frozenset()) -> MemoryNeed:
     """Weights + KV cache + recurrent state + compute buffers + runtime overhead + checkpoints.
 
     `n_batch` counts only with the header's facts: the offline fallback's compute figure is a
@@ -241,7 +235,7 @@ def memory_need(build: Build, n_ctx: int, *, kv_bytes_per_token: int = KV_BYTES_
     repacked = 0 if on_gpu else repacked_bytes(pocket_type_bytes(build.quant, build.size_bytes), repack)
     return MemoryNeed(
         weights=build.size_bytes,
-        kv_cache=kv_cache_bytes(n_ctx, kv_bytes_per_token),
+        kv_cache=pocket_facts(build).kv_cache_bytes(n_ctx),
         state=state,
         compute=COMPUTE_BASE_BYTES + n_ctx * COMPUTE_PER_TOKEN_BYTES,
         overhead=RUNTIME_OVERHEAD_BYTES,

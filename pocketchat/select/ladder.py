@@ -17,13 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pocketchat.types import MAX_CHECKPOINTS
+from pocketchat.types import MAX_CHECKPOINTS, N_BATCH
 
 DEFAULT_CTX = 8192
 MIN_CTX = 2048  # the smallest context the plan picks on its own
 SMALLEST_CTX = 256  # the smallest --ctx accepted at all
 CTX_STEPS = (8192, 6144, 4096, 3072, 2048)
-N_BATCH = 512
 FEWER_CHECKPOINTS = (3, 2, 1)
 SMALLER_BATCHES = (256, 128)
 

@@ -353,7 +353,9 @@ def _apple_gpu(ram_total: int) -> GPU:
         try:
             import mlx.core as mx
 
-            info = mx.device_info() if hasattr(mx, "device_info") else mx.metal.device_info()
+            from pocketchat.metal import device_info
+
+            info = device_info(mx)
             budget = int(info.get("max_recommended_working_set_size", budget))
         except Exception:
             pass

@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 from urllib.parse import urlsplit
 
 from pocketchat.errors import ApiError, UsageError
-from pocketchat.server.guard import send_error
+from pocketchat.server.guard import request_headers, send_error
 
 LOOPBACK_ORIGIN = re.compile(r"^https?://(localhost|127(\.\d{1,3}){3}|\[::1\])(:\d{1,5})?$")
 ALLOW_METHODS = b"GET, POST, OPTIONS"
@@ -71,7 +71,7 @@ class Cors:
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        headers = request_headers(scope)
         origin = headers.get("origin")
         if origin is None:
             return await self.app(scope, receive, send)

@@ -71,7 +71,7 @@ class Guard:
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        headers = request_headers(scope)
         refusal = self.check(scope, headers)
         if refusal is not None:
             return await send_error(send, refusal, scope["path"])
@@ -97,6 +97,11 @@ class Guard:
                                 f"got {ctype or 'no content type'}", status=415,
                                 code="unsupported_media_type")
         return None
+
+
+def request_headers(scope: dict) -> dict[str, str]:
+    """An ASGI request's headers by lower-case name (HTTP's bytes read as Latin-1)."""
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
 
 
 async def send_json(send: Callable, status: int, body: Any,

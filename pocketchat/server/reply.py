@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from pocketchat.engines.partial import partial_suffix
 from pocketchat.engines.types import Chunk, Stats, TokenLogprob, ToolCall
 
 
@@ -33,11 +34,7 @@ class StopScanner:
             at, self.matched = min(found, key=lambda f: f[0])
             self.hit, self.held = True, ""
             return buf[:at]
-        keep = 0
-        for k in range(min(len(buf), max(len(s) for s in self.stops) - 1), 0, -1):
-            if any(s.startswith(buf[-k:]) for s in self.stops):
-                keep = k
-                break
+        keep = partial_suffix(buf, self.stops)
         self.held = buf[len(buf) - keep:] if keep else ""
         return buf[: len(buf) - keep]
 

@@ -9,39 +9,39 @@ from dataclasses import dataclass, replace
 from pocketchat.engines.types import ChatOptions, Message, Stats
 
 
-@dataclass(frozen=True)
-class ChatRequest:
-    """A validated chat request."""
+@dataclass(frozen=True, kw_only=True)
+class Generation:
+    """What every generating request carries: the options, the model asked for, how the answer
+    is sent (stream, usage, progress), stop sequences and the number of answers."""
 
-    messages: tuple[Message, ...]
     options: ChatOptions
     model: str | None = None
     stream: bool = False
     include_usage: bool = False
     stop: tuple[str, ...] = ()
     n: int = 1
-    logprobs: bool = False  # send choices[].logprobs (options.logprobs holds top_logprobs)
     return_progress: bool = False  # stream `prompt_progress` events while the prompt is read
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChatRequest(Generation):
+    """A validated chat request."""
+
+    messages: tuple[Message, ...]
+    logprobs: bool = False  # send choices[].logprobs (options.logprobs holds top_logprobs)
 
 
 Prompt = str | tuple[int, ...]  # a raw prompt: text, or token ids
 
 
-@dataclass(frozen=True)
-class CompletionRequest:
+@dataclass(frozen=True, kw_only=True)
+class CompletionRequest(Generation):
     """A validated raw-prompt request (`/v1/completions`): prompts (text or token ids), each
     answered `n` times; choice `i * n + j` is prompt i's answer j."""
 
     prompts: tuple[Prompt, ...]
-    options: ChatOptions
-    model: str | None = None
-    stream: bool = False
-    include_usage: bool = False
-    stop: tuple[str, ...] = ()
-    n: int = 1
     echo: bool = False
     logprobs: int | None = None  # legacy: None off, N the alternatives per token (0..5)
-    return_progress: bool = False  # stream `prompt_progress` events while the prompt is read
 
 
 def seeded(options: ChatOptions, index: int) -> ChatOptions:

@@ -22,6 +22,8 @@ from typing import Any, Type
 
 from textual.driver import Driver
 
+from pocketchat.engines.partial import partial_suffix
+
 ESC = "\x1b"
 START = "\x1b[200~"
 END = "\x1b[201~"
@@ -55,7 +57,7 @@ class PasteGuard:
             data, self._held = self._held + data, ""
             end = data.find(END)
             if end < 0:
-                keep = _partial_end(data)
+                keep = partial_suffix(data, (END,))
                 body = data[: len(data) - keep]
                 self._held = data[len(body):]
                 out.append(body.replace(ESC, SHOWN_ESC))
@@ -63,14 +65,6 @@ class PasteGuard:
             out.append(data[:end].replace(ESC, SHOWN_ESC) + END)
             data, self.in_paste = data[end + len(END):], False
         return "".join(out)
-
-
-def _partial_end(data: str) -> int:
-    """How many characters at the end of `data` could be the start of END."""
-    for n in range(min(len(END) - 1, len(data)), 0, -1):
-        if END.startswith(data[-n:]):
-            return n
-    return 0
 
 
 class WakingEvent(threading.Event):

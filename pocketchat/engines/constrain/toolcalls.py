@@ -22,6 +22,7 @@ import re
 import secrets
 from typing import Any, Literal, Mapping, Sequence
 
+from pocketchat.engines.partial import partial_suffix
 from pocketchat.engines.types import ToolCall
 
 CallFormat = Literal["xml", "json"]
@@ -50,14 +51,6 @@ def tool_schemas(tools: Sequence[Mapping[str, Any]]) -> dict[str, dict]:
             params = fn.get("parameters")
             out[fn["name"]] = dict(params) if isinstance(params, Mapping) else {}
     return out
-
-
-def _partial_suffix(text: str, tag: str) -> int:
-    """Length of the longest suffix of `text` that is a proper prefix of `tag`."""
-    for n in range(min(len(text), len(tag) - 1), 0, -1):
-        if text.endswith(tag[:n]):
-            return n
-    return 0
 
 
 def _is_string_type(schema: Any) -> bool:
@@ -150,7 +143,7 @@ class ToolCallParser:
             if self._body is not None:
                 at = text.find(CLOSE)
                 if at < 0:
-                    keep = _partial_suffix(text, CLOSE)
+                    keep = partial_suffix(text, (CLOSE,))
                     self._body.append(text[: len(text) - keep])
                     self._buf = text[len(text) - keep:]
                     break
@@ -173,7 +166,7 @@ class ToolCallParser:
                 self._body = []
                 text = text[at + len(OPEN):]
                 continue
-            keep = _partial_suffix(text, OPEN)
+            keep = partial_suffix(text, (OPEN,))
             head, tail = text[: len(text) - keep], text[len(text) - keep:]
             stripped = head.rstrip()
             if stripped:

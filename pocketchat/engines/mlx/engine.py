@@ -74,8 +74,9 @@ class MlxEngine(EngineBase):
             n_ctx = min(n_ctx, self.folder.context_length)
         self.n_ctx = max(1, n_ctx)
         if metal:
-            info = getattr(mx, "device_info", None) or mx.metal.device_info  # mlx < 0.29
-            dev = info()
+            from pocketchat.metal import device_info
+
+            dev = device_info(mx)
             check_metal_budget(self.folder.size_bytes, kv_cache_bytes(self.folder.config, self.n_ctx),
                                dev.get("max_recommended_working_set_size"), dev.get("memory_size"))
         if on_progress:

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from pocketchat.errors import BackendMissing, CorruptModel, MetalBudgetExceeded, ModelNotFound
+from pocketchat.modelfile.hfconfig import config_facts, text_config
+from pocketchat.paths import settings
 from pocketchat.types import GiB, MiB
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tiktoken.model", "vocab.json")
@@ -43,7 +45,7 @@ def import_mlx() -> tuple[Any, Any]:
     in the worker process that would land on the chat's terminal, so it is told to keep quiet
     unless POCKETCHAT_DEBUG is set or the user chose a verbosity.
     """
-    if not os.environ.get("POCKETCHAT_DEBUG"):
+    if not settings().debug:
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     try:
         import mlx.core as mx
@@ -69,8 +71,7 @@ class MlxFolder:
 
     def text_config(self) -> dict:
         """The language model's part of the config (multimodal configs nest it)."""
-        inner = self.config.get("text_config")
-        return {**self.config, **inner} if isinstance(inner, dict) else self.config
+        return text_config(self.config)
 
     @property
     def context_length(self) -> int | None:
@@ -141,23 +142,11 @@ def _check_safetensors_header(path: Path) -> None:
 
 
 def kv_cache_bytes(config: dict, n_ctx: int, bytes_per_value: int = 2) -> int:
-    """KV cache at `n_ctx` tokens from a Hugging Face style config; 0 when it cannot tell.
-
-    Hybrid models (Qwen3.5/Qwen3-Next: linear attention with a full-attention layer every
-    `full_attention_interval`) only hold a KV cache in their full-attention layers.
-    """
-    c = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
-    try:
-        layers = int(c["num_hidden_layers"])
-        heads = int(c["num_attention_heads"])
-        kv_heads = int(c.get("num_key_value_heads") or heads)
-        head_dim = int(c.get("head_dim") or int(c["hidden_size"]) // heads)
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
-        return 0
-    interval = c.get("full_attention_interval")
-    if isinstance(interval, int) and interval > 1:
-        layers = layers // interval
-    return layers * 2 * kv_heads * head_dim * max(0, n_ctx) * bytes_per_value
+    """KV cache at `n_ctx` tokens of the model a Hugging Face style config describes; 0 when
+    it cannot tell. Which layers hold one (a hybrid's full-attention layers only):
+    `modelfile.hfconfig.config_facts`; the bytes: `ModelFacts.kv_cache_bytes`."""
+    facts = config_facts(config)
+    return facts.kv_cache_bytes(n_ctx, bytes_per_value) if facts is not None else 0
 
 
 def suggested_wired_limit_mb(need_bytes: int) -> int:

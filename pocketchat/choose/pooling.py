@@ -1,7 +1,7 @@
 """`--rpc HOST:PORT[,..]`: the helpers, what pooling with them buys, and a model alone again.
 
 The helpers are asked over RPC for their memory (and the link is timed) once per command;
-`commands/common.choose_model` chooses with their memory in the budget (the planner, select/fit.py,
+`choose/model.choose_model` chooses with their memory in the budget (the planner, select/fit.py,
 splits the layers; select/pool.py says whether pooling pays); the plan carries the helpers'
 endpoints and their layers to the engine (rpc/client.py, engines/pooled.py, engines/llamacpp/load.py).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from pocketchat.commands.selection import Selection
+from pocketchat.choose.selection import Selection
 from pocketchat.errors import EngineError, ModelNotFound, ModelTooLarge
 from pocketchat.types import Helper, HardwareProfile, LoadPlan
 

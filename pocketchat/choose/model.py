@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pocketchat.commands.selection import STARTER, Selection
+from pocketchat.choose.selection import STARTER, Selection
 from pocketchat.errors import UsageError
 from pocketchat.types import Build, HardwareProfile, LoadPlan, Recommendation
 
@@ -69,7 +69,7 @@ def _file_plan(sel: Selection, budget, path: Path, name: str, *, starter: bool =
                          hint=f"Leave --backend out, or give a model made for {sel.backend}.")
     facts = gguf_facts(path) if backend == "llama.cpp" else None
     if budget.pooled:
-        from pocketchat.commands.pooling import check_splittable
+        from pocketchat.choose.pooling import check_splittable
 
         check_splittable(path, facts)
     max_ctx = facts.context_length if facts is not None else trained_context(path)
@@ -157,7 +157,7 @@ def _choose(sel: Selection, *, confirm=None, progress=None) -> ModelChoice:
     spec = parse_spec(sel.model) if sel.model else None
     helpers = ()
     if sel.rpc:  # pooled with helper machines: their memory is part of the budget
-        from pocketchat.commands.pooling import helpers_for
+        from pocketchat.choose.pooling import helpers_for
 
         helpers = helpers_for(sel)
     if spec is not None and progress is not None and not sel.offline:
@@ -204,7 +204,7 @@ def _recommended(sel: Selection, budget, *, confirm=None, progress=None) -> Mode
 
     rec = None
     if budget.pooled:
-        from pocketchat.commands.pooling import advice
+        from pocketchat.choose.pooling import advice
 
         adv = advice(sel, budget.machine, budget.helpers)
         best = adv.pooled
