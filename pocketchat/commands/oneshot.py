@@ -77,6 +77,7 @@ def run(args: argparse.Namespace, sel: Selection) -> int:
     finally:
         progress.finish()
     question = read_prompt(args)
+    thinking = api_thinking(args, choice, sel)
     for note in choice.plan.notes:
         print(visible(f"note: {note}"), file=sys.stderr)
     status = StatusLine()
@@ -90,11 +91,19 @@ def run(args: argparse.Namespace, sel: Selection) -> int:
         messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
             {"role": "user", "content": question}]
         try:
-            return _stream(session.chat(messages, stream=True, thinking=not args.no_think),
+            return _stream(session.chat(messages, stream=True, thinking=thinking),
                            show_thinking=args.show_thinking, status=status)
         except KeyboardInterrupt:
             session.cancel()
             raise
+
+
+def api_thinking(args: argparse.Namespace, choice, sel: Selection) -> bool | int:
+    """--think as the Python API's `thinking=`: False, a budget, or True (no budget)."""
+    from pocketchat.commands.think import resolve, think_of
+
+    on, budget = resolve(think_of(args), choice, sel)
+    return budget if on and budget is not None else on
 
 
 def _stream(chunks: Iterator[Chunk], *, show_thinking: bool, status: StatusLine | None = None

@@ -114,6 +114,18 @@ class Answer:
             self._stop = True
             self._cancel_engine()
 
+    def end_thinking(self) -> None:
+        """Ask the engine to end this answer's thought now (the answer follows)."""
+        if self.finished:
+            return
+        own = getattr(self._chunks, "end_thinking", None)  # this answer alone (parallel)
+        if callable(own):
+            own()
+        elif getattr(self._engine, "parallel", 1) <= 1:
+            end = getattr(self._engine, "end_thinking", None)
+            if callable(end):
+                end()
+
     def fail(self, exc: BaseException) -> None:
         """End this answer for its reader now with `exc`, and ask the engine to stop it (a
         worker that does not respond lets it go at once)."""

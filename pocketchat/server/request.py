@@ -22,6 +22,9 @@ class ChatRequest:
     n: int = 1
     logprobs: bool = False  # send choices[].logprobs (options.logprobs holds top_logprobs)
     return_progress: bool = False  # stream `prompt_progress` events while the prompt is read
+    # What the server's default thinking (`serve --think`) gives this request: "all" (it said
+    # nothing of thinking), "budget" (it turned thinking on without a budget), "" (nothing).
+    thinking_from_server: str = ""
 
 
 Prompt = str | tuple[int, ...]  # a raw prompt: text, or token ids
