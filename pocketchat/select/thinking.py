@@ -75,15 +75,16 @@ def parse_think(value: str, flag: str = "--think") -> Think:
 
 @dataclass(frozen=True)
 class DefaultBudget:
-    """The default thinking budget of a model on a machine, and why ("~1 minute at ~10 tok/s
-    (estimate)")."""
+    """The default thinking budget of a model on a machine, and why ("about 58 s of thinking
+    at ~10 tok/s, estimate")."""
 
     tokens: int
     why: str
 
     def line(self) -> str:
         """One line for `--recommend` and `inspect`."""
-        return f"thinking budget: {self.tokens:,} tokens by default ({self.why}); --think N or off changes it"
+        return (f"thinking budget: {self.tokens:,} tokens by default ({self.why}; "
+                "--think N or off changes it)")
 
 
 def default_budget(decode_tok_s: float | None, source: str = "estimate") -> DefaultBudget:
@@ -97,11 +98,11 @@ def default_budget(decode_tok_s: float | None, source: str = "estimate") -> Defa
     seconds = tokens / decode_tok_s
     speed = f"~{decode_tok_s:.0f} tok/s" if decode_tok_s >= 10 else f"~{decode_tok_s:.1f} tok/s"
     if tokens == MAX_BUDGET and raw > MAX_BUDGET:
-        why = f"the most by default: {_duration(seconds)} at {speed} ({source})"
+        why = f"the most by default: {_duration(seconds)} at {speed}, {source}"
     elif tokens == MIN_BUDGET and raw < MIN_BUDGET:
-        why = f"the least by default: {_duration(seconds)} at {speed} ({source})"
+        why = f"the least by default: {_duration(seconds)} at {speed}, {source}"
     else:
-        why = f"about {_duration(seconds)} of thinking at {speed} ({source})"
+        why = f"about {_duration(seconds)} of thinking at {speed}, {source}"
     return DefaultBudget(tokens, why)
 
 

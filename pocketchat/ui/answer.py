@@ -30,6 +30,7 @@ from textual.widget import Widget
 from textual.widgets import Collapsible, Label, Markdown
 
 from pocketchat.textsafe import visible
+from pocketchat.ui.format import thinking_title
 from pocketchat.ui.tail import Tail
 
 TAIL_SPARE_SCREENS = 3  # blank lines under the text being written: room for seconds of text
@@ -215,6 +216,10 @@ class AnswerView(Vertical):
         self.thinking = thinking
         self._answer_stream: StreamingMarkdown | None = None
         self._thinking_stream: StreamingMarkdown | None = None
+        self.thought_tokens = 0  # the thought's figures for its title (the engine's count)
+        self.thought_end = ""  # how it ended: "budget", "user", "model" ("" while it goes on)
+        self._thought_began: float | None = None
+        self._thought_seconds: float | None = None
 
     def compose(self) -> ComposeResult:
         if self._initial_thinking:
@@ -232,7 +237,29 @@ class AnswerView(Vertical):
         if self.streaming:
             self._thinking_stream = StreamingMarkdown(body, classes="thinking-stream")
             body = self._thinking_stream
-        return ThinkingBox(body, title="Thinking", collapsed=collapsed, classes="thinking")
+        return ThinkingBox(body, title=self.thinking_title(), collapsed=collapsed,
+                           classes="thinking")
+
+    def thinking_title(self) -> str:
+        """'Thinking · 412 tokens · 38 s' (seconds while it streams: so far)."""
+        seconds = self._thought_seconds
+        if seconds is None and self._thought_began is not None:
+            seconds = time.monotonic() - self._thought_began
+        return thinking_title(self.thought_tokens, seconds, self.thought_end)
+
+    def set_thought(self, tokens: int, end: str = "") -> None:
+        """The thought's figures so far; its title follows them."""
+        self.thought_tokens = tokens or self.thought_tokens
+        self.thought_end = end or self.thought_end
+        if self.thought_end and self._thought_began is not None and self._thought_seconds is None:
+            self._thought_seconds = time.monotonic() - self._thought_began
+        self._retitle()
+
+    def _retitle(self) -> None:
+        for box in self.query("Collapsible.thinking").results(Collapsible):
+            title = self.thinking_title()
+            if box.title != title:
+                box.title = title
 
     @property
     def answer(self) -> Markdown:
@@ -244,9 +271,10 @@ class AnswerView(Vertical):
             return False
         self.thinking += fragment
         mounted = self._thinking_stream is None
-        if mounted:
+        if mounted:  # collapsed: its title counts tokens and seconds; a click opens it
+            self._thought_began = time.monotonic()
             before = self._answer_stream or self.answer
-            await self.mount(self._make_thinking(collapsed=False), before=before)
+            await self.mount(self._make_thinking(collapsed=True), before=before)
         assert self._thinking_stream is not None
         return await self._thinking_stream.write(visible(fragment)) or mounted
 
@@ -257,6 +285,7 @@ class AnswerView(Vertical):
         folded = not self.text and bool(self.thinking)
         if folded:
             # The answer begins: fold the thinking away (a click opens it again).
+            self._end_thought_clock()
             await self._finish_thinking()
             for box in self.query("Collapsible.thinking").results(Collapsible):
                 box.collapsed = True
@@ -270,6 +299,8 @@ class AnswerView(Vertical):
         """Where the text being written is, answer or thinking: the tail it is written into and
         its rows of text (the answer's empty tail before its first token; None once it ended)."""
         for stream in (self._answer_stream, self._thinking_stream):
+            if stream is self._thinking_stream and self._thinking_folded():
+                continue  # a folded thought's rows are not on screen
             if stream is not None and stream.text and stream.tail.is_attached:
                 return stream.tail, stream.tail.rows
         stream = self._answer_stream
@@ -277,11 +308,21 @@ class AnswerView(Vertical):
             return stream.tail, 0
         return None
 
+    def _thinking_folded(self) -> bool:
+        boxes = self.query("Collapsible.thinking").results(Collapsible)
+        return any(box.collapsed for box in boxes)
+
     async def _finish_thinking(self) -> None:
         if self._thinking_stream is not None and self._thinking_stream.tail.is_attached:
             await self._thinking_stream.finish()
 
+    def _end_thought_clock(self) -> None:
+        if self._thought_began is not None and self._thought_seconds is None:
+            self._thought_seconds = time.monotonic() - self._thought_began
+            self._retitle()
+
     async def finish(self, figures: str, interrupted: bool) -> None:
+        self._end_thought_clock()
         await self._finish_thinking()
         if self._answer_stream is not None and self._answer_stream.tail.is_attached:
             await self._answer_stream.finish()

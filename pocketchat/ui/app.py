@@ -59,6 +59,7 @@ class ChatApp(App[int]):
     COMMANDS = {ChatCommands} | App.COMMANDS
     BINDINGS = [
         Binding("escape", "stop", "Stop answer"),
+        Binding("ctrl+t", "answer_now", "Answer now"),  # ends the thought; the answer follows
         Binding("ctrl+n", "new_chat", "New chat"),
         Binding("ctrl+r", "restart", "Restart engine"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
@@ -73,6 +74,7 @@ class ChatApp(App[int]):
         conversation: Conversation | None = None,
         system: str | None = None,
         thinking: bool = True,
+        thinking_budget: Callable[[], int | None] | int | None = None,
         options: ChatOptions | None = None,
         about: Callable[[], str] | str | None = None,
         memory_probe: MemoryFn | None = None,
@@ -85,7 +87,11 @@ class ChatApp(App[int]):
         self.prepare = prepare
         self.about = about
         self.chat = Chat(conversation, system=system, thinking=thinking, options=options,
-                         save_interval=save_interval)
+                         save_interval=save_interval,
+                         thinking_budget=None if callable(thinking_budget) else thinking_budget)
+        # --think's budget, known once the model is chosen (the start-up thread): read when
+        # the engine is first ready, unless the palette set one before
+        self._budget_of = thinking_budget if callable(thinking_budget) else None
         self._memory_probe = memory_probe
         self._own_probe = memory_probe is None  # ours follows the engine's worker across restarts
         self._ctrl_c_at = -CTRL_C_AGAIN
@@ -186,6 +192,8 @@ class ChatApp(App[int]):
         self.info = self.chat.info = message.engine.info
         if self._own_probe:  # a restarted engine is a new worker process
             self._memory_probe = MemoryProbe(engine_pid(message.engine))
+        if self._budget_of is not None:
+            self.chat.thinking_budget, self._budget_of = self._budget_of(), None
         self.conversation.model = self.conversation.model or self.info.model
         self._close_startup_screens()
         self.refresh_bindings()
@@ -246,6 +254,11 @@ class ChatApp(App[int]):
             self.chat.idle_status("No model")
 
     # -- actions ---------------------------------------------------------------------------
+    def action_answer_now(self) -> None:
+        """Ctrl+T: end the thought of the answer in flight; the answer follows."""
+        self.chat.answer_now()
+
+
     def action_stop(self) -> None:
         """Esc: closes the keys panel when it is open, else stops the answer."""
         if self.screen.query("HelpPanel"):
@@ -353,8 +366,9 @@ class ChatApp(App[int]):
         self.exit(0)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Hide keys that do nothing now (chat keys while loading). Esc stays shown: showing
-        and hiding it rebuilt the footer while the model decodes, CPU taken from the model."""
+        """Hide keys that do nothing now (chat keys while loading). Esc and Ctrl+T stay shown:
+        showing and hiding them rebuilt the footer while the model decodes, CPU taken from the
+        model (Ctrl+T outside a thought says so)."""
         if action in ("new_chat", "restart"):
             return self._startup_screen() is None and not self._starting
         return True

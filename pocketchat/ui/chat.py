@@ -26,7 +26,8 @@ from pocketchat.ui.follow import Follower
 from pocketchat.ui.format import describe_error, dropped_line, prompt_progress_line, restoring_line
 from pocketchat.ui.messages import EngineLost
 from pocketchat.ui.holding import Holding
-from pocketchat.ui.screens import ConversationsScreen, SystemPromptScreen
+from pocketchat.select.thinking import Think
+from pocketchat.ui.screens import ConversationsScreen, SystemPromptScreen, ThinkingBudgetScreen
 from pocketchat.ui.streaming import AnswerStream, RenderPacer, StreamUpdate
 from pocketchat.ui.widgets import (
     AnswerView,
@@ -57,6 +58,7 @@ class Chat(Vertical):
         *,
         system: str | None = None,
         thinking: bool = True,
+        thinking_budget: int | None = None,
         options: ChatOptions | None = None,
         save_interval: float = 1.0,
         id: str | None = "chat",  # noqa: A002 - Textual's name
@@ -67,6 +69,7 @@ class Chat(Vertical):
         if conversation is not None and system is not None:
             self.conversation.system = system
         self.thinking = thinking
+        self.thinking_budget = thinking_budget  # tokens a thought may take (None: no budget)
         self.base_options = options or ChatOptions()
         self.save_interval = save_interval
         self.engine: Engine | None = None
@@ -188,7 +191,8 @@ class Chat(Vertical):
         conversation.add("user", text)
         history = conversation.engine_messages()
         message = conversation.add("assistant", interrupted=True)
-        options = dataclasses.replace(self.base_options, thinking=self.thinking)
+        options = dataclasses.replace(self.base_options, thinking=self.thinking,
+                                      thinking_budget=self.thinking_budget if self.thinking else None)
         shown = threading.Event()
         stream = AnswerStream(self.engine, conversation, message, history, options,
                               save_interval=self.save_interval,
@@ -218,10 +222,16 @@ class Chat(Vertical):
             return
         update = stream.drain()
         laid_out = await view.add_thinking(update.thinking)
+        if view.thinking and update.stats is not None:  # the block's title: tokens, seconds
+            view.set_thought(update.stats.thinking_tokens, update.stats.thinking_end)
+        elif view.thinking:
+            view.set_thought(0)
         laid_out = await view.add_text(update.text) or laid_out
         if not laid_out:  # a layout places the view itself; new rows without one scroll it
             follower.follow()
         state = "Answering" if view.text else "Thinking" if view.thinking else "Waiting for the first token"
+        if stream.thought_end_asked and view.thinking and not view.text and not stream.cancelled:
+            state = "Ending the thought"
         if stream.cancelled and not view.text:
             state = "Stopping"  # Esc: what it said at once stays until the answer ends
         elif not self._restored.is_set() and not view.text:
@@ -235,7 +245,7 @@ class Chat(Vertical):
             self._shown_state, self._status_at = state, now
             limit = self.info.n_ctx if self.info else 0
             self.status(figures_from_stats(update.stats, state, self.memory, limit,
-                                           update.first_token_at))
+                                           update.first_token_at, stream.options.thinking_budget))
         if update.done:
             self._ending = True
             try:
@@ -365,6 +375,50 @@ class Chat(Vertical):
     def toggle_thinking(self) -> None:
         self.thinking = not self.thinking
         self.notify(f"Thinking {'on' if self.thinking else 'off'} for the next answers.")
+
+    @property
+    def in_thought(self) -> bool:
+        """An answer is being written and it is still in its thought (or has not begun)."""
+        view = self._answer
+        return self.stream is not None and not self.stream.cancelled and (
+            view is None or not view.text) and not self.stream.finished.is_set()
+
+    def answer_now(self) -> None:
+        """End the thought of the answer in flight now; the answer follows."""
+        if self.stream is None:
+            self.notify("No answer is being written.", severity="warning")
+            return
+        if not self.in_thought:
+            self.notify("The thought is over: the answer is being written.")
+            return
+        self.stream.end_thinking()
+        self.status(dataclasses.replace(self.query_one(StatusBar).figures,
+                                        state="Ending the thought"))
+
+    def set_thinking(self, think: Think) -> None:
+        """The thinking of the next answers in this session: off, on (the budget so far),
+        a budget, or no budget."""
+        if not think.on:
+            self.thinking = False
+            self.notify("Thinking off for the next answers.")
+            return
+        self.thinking = True
+        if not think.default:
+            self.thinking_budget = think.budget
+        budget = (f"at most {self.thinking_budget:,} tokens" if self.thinking_budget is not None
+                  else "no budget")
+        self.notify(f"Thinking on for the next answers: {budget}.")
+
+    def edit_thinking_budget(self) -> None:
+        """The palette's "Thinking budget": a dialog that takes off, on, unlimited or N."""
+        current = ("off" if not self.thinking else "unlimited" if self.thinking_budget is None
+                   else str(self.thinking_budget))
+
+        def apply(value: Think | None) -> None:
+            if value is not None:
+                self.set_thinking(value)
+
+        self.app.push_screen(ThinkingBudgetScreen(current), callback=apply)
 
     def copy_answer(self) -> None:
         answer = self.conversation.last_answer()

@@ -12,7 +12,8 @@ PaletteCommand = tuple[str, str, Callable[[], object]]
 
 
 class ChatCommands(Provider):
-    """New chat, system prompt, thinking on/off, copy, hardware, saved chats, restart."""
+    """New chat, system prompt, thinking on/off and its budget, answer now, copy, hardware,
+    saved chats, restart."""
 
     def _commands(self) -> Iterator[PaletteCommand]:
         app = self.app
@@ -24,6 +25,10 @@ class ChatCommands(Provider):
             if getattr(chat.info, "thinking", None) is not False:  # only for a model that thinks
                 state = "off" if chat.thinking else "on"
                 yield f"Thinking {state}", f"Turn the model's thinking {state}", chat.toggle_thinking
+                yield ("Thinking budget", "The most tokens the next answers may think (off, on, "
+                       "unlimited or N)", chat.edit_thinking_budget)
+                if chat.in_thought:
+                    yield "Answer now", "End the thinking now; the answer follows (Ctrl+T)", chat.answer_now
             yield "Copy last answer", "Copy the last answer to the clipboard", chat.copy_answer
         yield ("Hardware and recommendation", "What runs, on what, and why",
                lambda: app.run_action("about"))

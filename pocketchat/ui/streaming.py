@@ -67,6 +67,7 @@ class AnswerStream:
         self.finished = threading.Event()
         self.settled = threading.Event()  # the model's state is saved: the engine is free
         self.cancelled = False
+        self.thought_end_asked = False  # the user asked for the answer now
         self._lock = threading.Lock()
         self._text: list[str] = []
         self._thinking: list[str] = []
@@ -160,6 +161,14 @@ class AnswerStream:
         try:
             self.engine.cancel()
         except Exception:  # noqa: BLE001 - a dead engine cannot be cancelled; the thread ends anyway
+            pass
+
+    def end_thinking(self) -> None:
+        """Ask the engine to end the thought now; the answer follows on this stream."""
+        self.thought_end_asked = True
+        try:
+            self.engine.end_thinking()
+        except Exception:  # noqa: BLE001 - a dead engine: the stream ends by itself
             pass
 
     def wait(self, timeout: float | None = None) -> bool:
