@@ -220,6 +220,7 @@ class AnswerView(Vertical):
         self.thought_end = ""  # how it ended: "budget", "user", "model" ("" while it goes on)
         self._thought_began: float | None = None
         self._thought_seconds: float | None = None
+        self._thought_closed = False  # its figures are final
 
     def compose(self) -> ComposeResult:
         if self._initial_thinking:
@@ -241,18 +242,24 @@ class AnswerView(Vertical):
                            classes="thinking")
 
     def thinking_title(self) -> str:
-        """'Thinking · 412 tokens · 38 s' (seconds while it streams: so far)."""
+        """'Thinking · 412 tokens · 38 s': the seconds the engine has decoded the thought for
+        (the screen's clock when it says none), so far while it streams."""
         seconds = self._thought_seconds
         if seconds is None and self._thought_began is not None:
             seconds = time.monotonic() - self._thought_began
         return thinking_title(self.thought_tokens, seconds, self.thought_end)
 
-    def set_thought(self, tokens: int, end: str = "") -> None:
-        """The thought's figures so far; its title follows them."""
-        self.thought_tokens = tokens or self.thought_tokens
-        self.thought_end = end or self.thought_end
-        if self.thought_end and self._thought_began is not None and self._thought_seconds is None:
-            self._thought_seconds = time.monotonic() - self._thought_began
+    def set_thought(self, tokens: int, end: str = "", seconds: float | None = None) -> None:
+        """The thought's figures so far (`seconds`: the engine's decode time, which is the
+        thought's until it ends); its title follows them."""
+        open_ = not self._thought_closed
+        if open_:
+            self.thought_tokens = tokens or self.thought_tokens
+            self.thought_end = end or self.thought_end
+            if seconds:
+                self._thought_seconds = seconds
+            if self.thought_end:
+                self._end_thought_clock()
         self._retitle()
 
     def _retitle(self) -> None:
@@ -317,9 +324,13 @@ class AnswerView(Vertical):
             await self._thinking_stream.finish()
 
     def _end_thought_clock(self) -> None:
-        if self._thought_began is not None and self._thought_seconds is None:
+        """The thought is over (the answer began, or ended): its figures stay as they are."""
+        if self._thought_began is None or self._thought_closed:
+            return
+        if self._thought_seconds is None:
             self._thought_seconds = time.monotonic() - self._thought_began
-            self._retitle()
+        self._thought_closed = True
+        self._retitle()
 
     async def finish(self, figures: str, interrupted: bool) -> None:
         self._end_thought_clock()

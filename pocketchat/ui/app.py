@@ -59,7 +59,8 @@ class ChatApp(App[int]):
     COMMANDS = {ChatCommands} | App.COMMANDS
     BINDINGS = [
         Binding("escape", "stop", "Stop answer"),
-        Binding("ctrl+t", "answer_now", "Answer now"),  # ends the thought; the answer follows
+        # ends the thought; the answer follows ("Answer": the key bar fits 80 columns)
+        Binding("ctrl+t", "answer_now", "Answer", tooltip="Answer now: end the thinking"),
         Binding("ctrl+n", "new_chat", "New chat"),
         Binding("ctrl+r", "restart", "Restart engine"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
@@ -371,6 +372,9 @@ class ChatApp(App[int]):
         model (Ctrl+T outside a thought says so)."""
         if action in ("new_chat", "restart"):
             return self._startup_screen() is None and not self._starting
+        if action == "answer_now":  # a model that does not think, or thinking off: not shown
+            return (self._startup_screen() is None and not self._starting and self.chat.thinking
+                    and getattr(self.info, "thinking", None) is not False)
         return True
 
     async def on_unmount(self) -> None:

@@ -223,7 +223,11 @@ class Chat(Vertical):
         update = stream.drain()
         laid_out = await view.add_thinking(update.thinking)
         if view.thinking and update.stats is not None:  # the block's title: tokens, seconds
-            view.set_thought(update.stats.thinking_tokens, update.stats.thinking_end)
+            s = update.stats
+            seconds = s.decode_seconds  # all of it the thought's while the thought goes on
+            if (s.thinking_end or update.text) and s.thinking_tokens and s.generated_tokens:
+                seconds *= min(1.0, s.thinking_tokens / s.generated_tokens)
+            view.set_thought(s.thinking_tokens, s.thinking_end, seconds)
         elif view.thinking:
             view.set_thought(0)
         laid_out = await view.add_text(update.text) or laid_out
@@ -374,6 +378,7 @@ class Chat(Vertical):
 
     def toggle_thinking(self) -> None:
         self.thinking = not self.thinking
+        self.app.refresh_bindings()  # Ctrl+T shows only while thinking is on
         self.notify(f"Thinking {'on' if self.thinking else 'off'} for the next answers.")
 
     @property
@@ -398,11 +403,11 @@ class Chat(Vertical):
     def set_thinking(self, think: Think) -> None:
         """The thinking of the next answers in this session: off, on (the budget so far),
         a budget, or no budget."""
+        self.thinking = think.on
+        self.app.refresh_bindings()  # Ctrl+T shows only while thinking is on
         if not think.on:
-            self.thinking = False
             self.notify("Thinking off for the next answers.")
             return
-        self.thinking = True
         if not think.default:
             self.thinking_budget = think.budget
         budget = (f"at most {self.thinking_budget:,} tokens" if self.thinking_budget is not None

@@ -287,8 +287,10 @@ def status_parts(f: StatusFigures, level: str) -> list[Part]:
     parts.append(Part.of(f"TTFT {human_duration(f.ttft_seconds) if known else '–'}", 30 if known else 10))
     if f.prompt_length:
         parts.append(Part.of(f"cached {f.reused_tokens:,}/{f.prompt_length:,}", 20))
-    if f.thinking_tokens:  # the thought against its budget
-        parts.append(Part.of(thinking_figure(f.thinking_tokens, f.thinking_budget), 45))
+    if f.thinking_tokens:  # the thought against its budget: kept while the model thinks
+        thinking = f.state.startswith(("Thinking", "Ending the thought"))
+        parts.append(Part.of(thinking_figure(f.thinking_tokens, f.thinking_budget),
+                             45 if thinking else 15))
     tokens = f.tokens or 0
     parts.append(Part.of(f"{tokens} tokens", 50 if tokens else 10))
     if f.context_limit:
