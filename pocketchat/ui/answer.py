@@ -207,7 +207,8 @@ class ThinkingBox(Collapsible):
 class AnswerView(Vertical):
     """One answer: thinking (dimmed, collapsible) above the Markdown text, figures below."""
 
-    def __init__(self, text: str = "", thinking: str = "", *, streaming: bool = False) -> None:
+    def __init__(self, text: str = "", thinking: str = "", *, streaming: bool = False,
+                 thought: tuple[int, float | None, str] | None = None) -> None:
         super().__init__(classes="message assistant")
         self._initial_text = text
         self._initial_thinking = thinking
@@ -216,11 +217,8 @@ class AnswerView(Vertical):
         self.thinking = thinking
         self._answer_stream: StreamingMarkdown | None = None
         self._thinking_stream: StreamingMarkdown | None = None
-        self.thought_tokens = 0  # the thought's figures for its title (the engine's count)
-        self.thought_end = ""  # how it ended: "budget", "user", "model" ("" while it goes on)
-        self._thought_began: float | None = None
-        self._thought_seconds: float | None = None
-        self._thought_closed = False  # its figures are final
+        # the thought's figures for its title: tokens, seconds, how it ended (ThoughtClock)
+        self.thought: tuple[int, float | None, str] = thought or (0, None, "")
 
     def compose(self) -> ComposeResult:
         if self._initial_thinking:
@@ -242,24 +240,12 @@ class AnswerView(Vertical):
                            classes="thinking")
 
     def thinking_title(self) -> str:
-        """'Thinking · 412 tokens · 38 s': the seconds the engine has decoded the thought for
-        (the screen's clock when it says none), so far while it streams."""
-        seconds = self._thought_seconds
-        if seconds is None and self._thought_began is not None:
-            seconds = time.monotonic() - self._thought_began
-        return thinking_title(self.thought_tokens, seconds, self.thought_end)
+        """'Thinking · 412 tokens · 38 s · ended by you' (figures not known left out)."""
+        return thinking_title(*self.thought)
 
-    def set_thought(self, tokens: int, end: str = "", seconds: float | None = None) -> None:
-        """The thought's figures so far (`seconds`: the engine's decode time, which is the
-        thought's until it ends); its title follows them."""
-        open_ = not self._thought_closed
-        if open_:
-            self.thought_tokens = tokens or self.thought_tokens
-            self.thought_end = end or self.thought_end
-            if seconds:
-                self._thought_seconds = seconds
-            if self.thought_end:
-                self._end_thought_clock()
+    def set_thought(self, tokens: int, seconds: float | None, end: str) -> None:
+        """The thought's figures so far; its title follows them."""
+        self.thought = (tokens, seconds, end)
         self._retitle()
 
     def _retitle(self) -> None:
@@ -279,7 +265,6 @@ class AnswerView(Vertical):
         self.thinking += fragment
         mounted = self._thinking_stream is None
         if mounted:  # collapsed: its title counts tokens and seconds; a click opens it
-            self._thought_began = time.monotonic()
             before = self._answer_stream or self.answer
             await self.mount(self._make_thinking(collapsed=True), before=before)
         assert self._thinking_stream is not None
@@ -292,7 +277,6 @@ class AnswerView(Vertical):
         folded = not self.text and bool(self.thinking)
         if folded:
             # The answer begins: fold the thinking away (a click opens it again).
-            self._end_thought_clock()
             await self._finish_thinking()
             for box in self.query("Collapsible.thinking").results(Collapsible):
                 box.collapsed = True
@@ -323,17 +307,7 @@ class AnswerView(Vertical):
         if self._thinking_stream is not None and self._thinking_stream.tail.is_attached:
             await self._thinking_stream.finish()
 
-    def _end_thought_clock(self) -> None:
-        """The thought is over (the answer began, or ended): its figures stay as they are."""
-        if self._thought_began is None or self._thought_closed:
-            return
-        if self._thought_seconds is None:
-            self._thought_seconds = time.monotonic() - self._thought_began
-        self._thought_closed = True
-        self._retitle()
-
     async def finish(self, figures: str, interrupted: bool) -> None:
-        self._end_thought_clock()
         await self._finish_thinking()
         if self._answer_stream is not None and self._answer_stream.tail.is_attached:
             await self._answer_stream.finish()

@@ -23,7 +23,7 @@ from pocketchat.conversations import Conversation
 from pocketchat.paths import settings
 from pocketchat.engines.types import ChatOptions, Engine, EngineInfo
 from pocketchat.ui import enginewatch
-from pocketchat.ui.chat import RESTART_HINT, Chat
+from pocketchat.ui.chat import RESTART_HINT, Chat, answer_now
 from pocketchat.ui.format import describe_error
 from pocketchat.ui.messages import (
     EngineFailed,
@@ -59,7 +59,6 @@ class ChatApp(App[int]):
     COMMANDS = {ChatCommands} | App.COMMANDS
     BINDINGS = [
         Binding("escape", "stop", "Stop answer"),
-        # ends the thought; the answer follows ("Answer": the key bar fits 80 columns)
         Binding("ctrl+t", "answer_now", "Answer", tooltip="Answer now: end the thinking"),
         Binding("ctrl+n", "new_chat", "New chat"),
         Binding("ctrl+r", "restart", "Restart engine"),
@@ -88,11 +87,7 @@ class ChatApp(App[int]):
         self.prepare = prepare
         self.about = about
         self.chat = Chat(conversation, system=system, thinking=thinking, options=options,
-                         save_interval=save_interval,
-                         thinking_budget=None if callable(thinking_budget) else thinking_budget)
-        # --think's budget, known once the model is chosen (the start-up thread): read when
-        # the engine is first ready, unless the palette set one before
-        self._budget_of = thinking_budget if callable(thinking_budget) else None
+                         save_interval=save_interval, thinking_budget=thinking_budget)
         self._memory_probe = memory_probe
         self._own_probe = memory_probe is None  # ours follows the engine's worker across restarts
         self._ctrl_c_at = -CTRL_C_AGAIN
@@ -193,8 +188,6 @@ class ChatApp(App[int]):
         self.info = self.chat.info = message.engine.info
         if self._own_probe:  # a restarted engine is a new worker process
             self._memory_probe = MemoryProbe(engine_pid(message.engine))
-        if self._budget_of is not None:
-            self.chat.thinking_budget, self._budget_of = self._budget_of(), None
         self.conversation.model = self.conversation.model or self.info.model
         self._close_startup_screens()
         self.refresh_bindings()
@@ -255,10 +248,8 @@ class ChatApp(App[int]):
             self.chat.idle_status("No model")
 
     # -- actions ---------------------------------------------------------------------------
-    def action_answer_now(self) -> None:
-        """Ctrl+T: end the thought of the answer in flight; the answer follows."""
-        self.chat.answer_now()
-
+    def action_answer_now(self) -> None:  # Ctrl+T: the thought ends; the answer follows
+        answer_now(self.chat)
 
     def action_stop(self) -> None:
         """Esc: closes the keys panel when it is open, else stops the answer."""
@@ -367,14 +358,11 @@ class ChatApp(App[int]):
         self.exit(0)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Hide keys that do nothing now (chat keys while loading). Esc and Ctrl+T stay shown:
-        showing and hiding them rebuilt the footer while the model decodes, CPU taken from the
-        model (Ctrl+T outside a thought says so)."""
-        if action in ("new_chat", "restart"):
-            return self._startup_screen() is None and not self._starting
-        if action == "answer_now":  # a model that does not think, or thinking off: not shown
-            return (self._startup_screen() is None and not self._starting and self.chat.thinking
-                    and getattr(self.info, "thinking", None) is not False)
+        """Hide keys that do nothing now (chat keys while loading). Esc stays shown: showing
+        and hiding it rebuilt the footer while the model decodes, CPU taken from the model."""
+        if action in ("new_chat", "restart", "answer_now"):  # Ctrl+T: while thinking is on
+            return self._startup_screen() is None and not self._starting and (action != "answer_now"
+                or self.chat.thinking and getattr(self.info, "thinking", None) is not False)
         return True
 
     async def on_unmount(self) -> None:

@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import threading
 import time
+from typing import Callable
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -26,9 +27,9 @@ from pocketchat.ui.follow import Follower
 from pocketchat.ui.format import describe_error, dropped_line, prompt_progress_line, restoring_line
 from pocketchat.ui.messages import EngineLost
 from pocketchat.ui.holding import Holding
-from pocketchat.select.thinking import Think
-from pocketchat.ui.screens import ConversationsScreen, SystemPromptScreen, ThinkingBudgetScreen
+from pocketchat.ui.screens import ConversationsScreen, SystemPromptScreen
 from pocketchat.ui.streaming import AnswerStream, RenderPacer, StreamUpdate
+from pocketchat.ui.thinking import answer_now, budget_of, saved_figures
 from pocketchat.ui.widgets import (
     AnswerView,
     ChatLog,
@@ -58,7 +59,7 @@ class Chat(Vertical):
         *,
         system: str | None = None,
         thinking: bool = True,
-        thinking_budget: int | None = None,
+        thinking_budget: Callable[[], int | None] | int | None = None,
         options: ChatOptions | None = None,
         save_interval: float = 1.0,
         id: str | None = "chat",  # noqa: A002 - Textual's name
@@ -69,7 +70,7 @@ class Chat(Vertical):
         if conversation is not None and system is not None:
             self.conversation.system = system
         self.thinking = thinking
-        self.thinking_budget = thinking_budget  # tokens a thought may take (None: no budget)
+        self.thinking_budget = thinking_budget  # None: no budget; see thinking.budget_of
         self.base_options = options or ChatOptions()
         self.save_interval = save_interval
         self.engine: Engine | None = None
@@ -129,7 +130,7 @@ class Chat(Vertical):
                 widgets.append(UserMessage(message.content))
                 prompt.remember(message.content)
             elif message.role == "assistant":
-                widgets.append(AnswerView(message.content, message.thinking))
+                widgets.append(AnswerView(message.content, message.thinking, thought=saved_figures(message.stats)))
         if not widgets:
             await log.mount(Welcome())
         else:
@@ -191,8 +192,8 @@ class Chat(Vertical):
         conversation.add("user", text)
         history = conversation.engine_messages()
         message = conversation.add("assistant", interrupted=True)
-        options = dataclasses.replace(self.base_options, thinking=self.thinking,
-                                      thinking_budget=self.thinking_budget if self.thinking else None)
+        budget = budget_of(self) if self.thinking else None
+        options = dataclasses.replace(self.base_options, thinking=self.thinking, thinking_budget=budget)
         shown = threading.Event()
         stream = AnswerStream(self.engine, conversation, message, history, options,
                               save_interval=self.save_interval,
@@ -222,19 +223,13 @@ class Chat(Vertical):
             return
         update = stream.drain()
         laid_out = await view.add_thinking(update.thinking)
-        if view.thinking and update.stats is not None:  # the block's title: tokens, seconds
-            s = update.stats
-            seconds = s.decode_seconds  # all of it the thought's while the thought goes on
-            if (s.thinking_end or update.text) and s.thinking_tokens and s.generated_tokens:
-                seconds *= min(1.0, s.thinking_tokens / s.generated_tokens)
-            view.set_thought(s.thinking_tokens, s.thinking_end, seconds)
-        elif view.thinking:
-            view.set_thought(0)
+        if update.thought is not None:  # the block's title: tokens, seconds
+            view.set_thought(*update.thought)
         laid_out = await view.add_text(update.text) or laid_out
         if not laid_out:  # a layout places the view itself; new rows without one scroll it
             follower.follow()
         state = "Answering" if view.text else "Thinking" if view.thinking else "Waiting for the first token"
-        if stream.thought_end_asked and view.thinking and not view.text and not stream.cancelled:
+        if stream.thought_end_asked and not view.text and not stream.cancelled:
             state = "Ending the thought"
         if stream.cancelled and not view.text:
             state = "Stopping"  # Esc: what it said at once stays until the answer ends
@@ -380,50 +375,6 @@ class Chat(Vertical):
         self.thinking = not self.thinking
         self.app.refresh_bindings()  # Ctrl+T shows only while thinking is on
         self.notify(f"Thinking {'on' if self.thinking else 'off'} for the next answers.")
-
-    @property
-    def in_thought(self) -> bool:
-        """An answer is being written and it is still in its thought (or has not begun)."""
-        view = self._answer
-        return self.stream is not None and not self.stream.cancelled and (
-            view is None or not view.text) and not self.stream.finished.is_set()
-
-    def answer_now(self) -> None:
-        """End the thought of the answer in flight now; the answer follows."""
-        if self.stream is None:
-            self.notify("No answer is being written.", severity="warning")
-            return
-        if not self.in_thought:
-            self.notify("The thought is over: the answer is being written.")
-            return
-        self.stream.end_thinking()
-        self.status(dataclasses.replace(self.query_one(StatusBar).figures,
-                                        state="Ending the thought"))
-
-    def set_thinking(self, think: Think) -> None:
-        """The thinking of the next answers in this session: off, on (the budget so far),
-        a budget, or no budget."""
-        self.thinking = think.on
-        self.app.refresh_bindings()  # Ctrl+T shows only while thinking is on
-        if not think.on:
-            self.notify("Thinking off for the next answers.")
-            return
-        if not think.default:
-            self.thinking_budget = think.budget
-        budget = (f"at most {self.thinking_budget:,} tokens" if self.thinking_budget is not None
-                  else "no budget")
-        self.notify(f"Thinking on for the next answers: {budget}.")
-
-    def edit_thinking_budget(self) -> None:
-        """The palette's "Thinking budget": a dialog that takes off, on, unlimited or N."""
-        current = ("off" if not self.thinking else "unlimited" if self.thinking_budget is None
-                   else str(self.thinking_budget))
-
-        def apply(value: Think | None) -> None:
-            if value is not None:
-                self.set_thinking(value)
-
-        self.app.push_screen(ThinkingBudgetScreen(current), callback=apply)
 
     def copy_answer(self) -> None:
         answer = self.conversation.last_answer()

@@ -6,6 +6,7 @@ from typing import Callable, Iterator
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
+from pocketchat.ui import thinking
 from pocketchat.ui.chat import Chat
 
 PaletteCommand = tuple[str, str, Callable[[], object]]
@@ -26,9 +27,10 @@ class ChatCommands(Provider):
                 state = "off" if chat.thinking else "on"
                 yield f"Thinking {state}", f"Turn the model's thinking {state}", chat.toggle_thinking
                 yield ("Thinking budget", "The most tokens the next answers may think (off, on, "
-                       "unlimited or N)", chat.edit_thinking_budget)
-                if chat.in_thought:
-                    yield "Answer now", "End the thinking now; the answer follows (Ctrl+T)", chat.answer_now
+                       "unlimited or N)", lambda: thinking.edit_budget(chat))
+                if thinking.in_thought(chat):
+                    yield ("Answer now", "End the thinking now; the answer follows (Ctrl+T)",
+                           lambda: thinking.answer_now(chat))
             yield "Copy last answer", "Copy the last answer to the clipboard", chat.copy_answer
         yield ("Hardware and recommendation", "What runs, on what, and why",
                lambda: app.run_action("about"))
