@@ -194,7 +194,7 @@ class Session:
              tools: Sequence[Mapping[str, Any]] | None = None,
              tool_choice: str | Mapping[str, Any] | None = None,
              parallel_tool_calls: bool | None = None,
-             response_format: Mapping[str, Any] | None = None, thinking: bool | None = None,
+             response_format: Mapping[str, Any] | None = None, thinking: bool | int | None = None,
              max_tokens: int | None = None, temperature: float | None = None,
              top_p: float | None = None, seed: int | None = None, logprobs: int | None = None,
              options: ChatOptions | None = None) -> ChatResult: ...
@@ -204,7 +204,7 @@ class Session:
              tools: Sequence[Mapping[str, Any]] | None = None,
              tool_choice: str | Mapping[str, Any] | None = None,
              parallel_tool_calls: bool | None = None,
-             response_format: Mapping[str, Any] | None = None, thinking: bool | None = None,
+             response_format: Mapping[str, Any] | None = None, thinking: bool | int | None = None,
              max_tokens: int | None = None, temperature: float | None = None,
              top_p: float | None = None, seed: int | None = None, logprobs: int | None = None,
              options: ChatOptions | None = None) -> Iterator[Chunk]: ...
@@ -213,7 +213,7 @@ class Session:
              tools: Sequence[Mapping[str, Any]] | None = None,
              tool_choice: str | Mapping[str, Any] | None = None,
              parallel_tool_calls: bool | None = None,
-             response_format: Mapping[str, Any] | None = None, thinking: bool | None = None,
+             response_format: Mapping[str, Any] | None = None, thinking: bool | int | None = None,
              max_tokens: int | None = None, temperature: float | None = None,
              top_p: float | None = None, seed: int | None = None, logprobs: int | None = None,
              options: ChatOptions | None = None) -> ChatResult | Iterator[Chunk]:
@@ -221,7 +221,9 @@ class Session:
 
         `messages`: OpenAI-style dicts (assistant `tool_calls` and `reasoning_content`, `tool`
         results; a trailing assistant message is continued) or `Message`s. `tools`,
-        `tool_choice`, `response_format` as in OpenAI's API; `logprobs=N` gives each token's
+        `tool_choice`, `response_format` as in OpenAI's API; `thinking`: False (answer at once),
+        True (think; no budget of its own), or N (think at most N tokens, then answer; 0 is
+        off); `logprobs=N` gives each token's
         logprob and N alternatives. `options` sets anything else (min_p, penalties, ...); the
         keywords given override it. Invalid input raises ApiError (a ValueError) naming it.
         """
@@ -274,9 +276,15 @@ class Session:
                 data[key] = given[key]
         if given.get("logprobs") is not None:
             data["logprobs"], data["top_logprobs"] = True, given["logprobs"]
-        if given.get("thinking") is not None:
+        thinking = given.get("thinking")
+        if isinstance(thinking, int) and not isinstance(thinking, bool):  # a budget in tokens
+            data["thinking_budget_tokens"] = thinking
+            thinking = thinking != 0
+        if thinking is not None:
             data["chat_template_kwargs"] = {**(data.get("chat_template_kwargs") or {}),
-                                            "enable_thinking": given["thinking"]}
+                                            "enable_thinking": thinking}
+            if thinking is False:
+                data.pop("thinking_budget_tokens", None)
         data["messages"] = list(messages) if isinstance(messages, tuple) else messages
         with _named_as_arguments():
             request = chat_request(plain(data))
@@ -345,6 +353,11 @@ class Session:
         """Stop the answer in flight (safe from another thread); it ends with 'cancelled'."""
         self.engine.cancel()
 
+    def end_thinking(self) -> None:
+        """End the thought of the answer in flight now (safe from another thread): the model
+        closes it and answers (`chunk.stats.thinking_end` "user"); nothing outside a thought."""
+        self.engine.end_thinking()
+
     def close(self) -> None:
         """Free the model's memory; the session cannot answer after."""
         if not self._closed:
@@ -359,7 +372,8 @@ class Session:
 
 
 # The request fields the Python API takes under another name (logprobs=N, thinking=).
-ARGUMENT_NAMES = {"top_logprobs": "logprobs", "chat_template_kwargs.enable_thinking": "thinking"}
+ARGUMENT_NAMES = {"top_logprobs": "logprobs", "chat_template_kwargs.enable_thinking": "thinking",
+                  "thinking_budget_tokens": "thinking"}
 
 
 @contextmanager

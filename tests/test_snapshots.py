@@ -134,3 +134,21 @@ def test_download_question_while_loading(snap_compare, width):
 
     app = app_with(ScriptedEngine(), prepare=prepare)
     assert snap_compare(app, terminal_size=(width, 24), run_before=asked)
+
+
+def test_a_thought_streaming_folded_with_its_figures(snap_compare):
+    thought = " ".join(f"idea{i}" for i in range(80))
+    engine = ScriptedEngine([Reply(ANSWER, thinking=thought, hold_after=24)])
+
+    async def mid_thought(pilot):
+        await steady(pilot)
+        await send(pilot, "Show me a Python function that adds two numbers.")
+        await wait_for(pilot, engine.held.is_set)
+        await wait_for(pilot, lambda: "think 24/64" in pilot.app.query_one("#status").plain)
+        await pilot.pause(0.2)
+
+    try:
+        assert snap_compare(app_with(engine, thinking_budget=64), terminal_size=SIZE,
+                            run_before=mid_thought)
+    finally:
+        engine.release.set()

@@ -50,8 +50,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("-r", "--repetitions", type=int, default=3, metavar="N", help="runs per test (default 3)")
     p.add_argument("--turns", type=int, metavar="N",
                    help="instead: a conversation of N turns, per turn the tokens reused and evaluated")
-    p.add_argument("--thinking", choices=("on", "off"), default="on",
-                   help="thinking in the --turns conversation (default on)")
+    from pocketchat.commands.think import add_think_args
+
+    add_think_args(p, default_help="on: this machine's default budget")
+    p.add_argument("--thinking", choices=("on", "off"), default=None, help=argparse.SUPPRESS)
     p.add_argument("--template-kwarg", action="append", default=[], metavar="KEY=VALUE",
                    help="a chat template kwarg for the --turns conversation (VALUE as JSON, else "
                         "text); repeat for more")
@@ -313,6 +315,19 @@ def template_kwargs(pairs: list[str]) -> dict:
     return out
 
 
+def bench_thinking(args: argparse.Namespace, choice) -> tuple[bool, int | None]:
+    """(thinking, budget) of the --turns conversation: --think (--thinking on|off, its old
+    spelling); on: this machine's default budget."""
+    from pocketchat.choose.selection import Selection
+    from pocketchat.commands.think import resolve, think_of
+    from pocketchat.select.thinking import OFF, ON
+
+    think = think_of(args)
+    if getattr(args, "think", None) is None and getattr(args, "thinking", None) is not None:
+        think = ON if args.thinking == "on" else OFF
+    return resolve(think, choice, Selection.from_args(args))
+
+
 def _run_turns(plan, choice, args: argparse.Namespace) -> int:
     from pocketchat.commands.turns import compare_table, run_turns, table
     from pocketchat.engines import open_engine
@@ -325,9 +340,10 @@ def _run_turns(plan, choice, args: argparse.Namespace) -> int:
     if args.preserve_thinking:
         runs = {"without": {**kwargs, PRESERVE_THINKING: False},
                 "with": {**kwargs, PRESERVE_THINKING: True}}
+    thinking, budget = bench_thinking(args, choice)
     engine = open_engine(plan, choice.path, name=choice.label, in_process=args.in_process)
     try:
-        rows = {label: run_turns(engine, args.turns, thinking=args.thinking == "on",
+        rows = {label: run_turns(engine, args.turns, thinking=thinking, thinking_budget=budget,
                                  template_kwargs=kw, label=f"Conversation {i + 1}. ")
                 for i, (label, kw) in enumerate(runs.items())}
     finally:
@@ -335,7 +351,8 @@ def _run_turns(plan, choice, args: argparse.Namespace) -> int:
     if args.json:
         body = {
             "model": choice.label, "path": str(choice.path), "backend": engine.info.backend,
-            "placement": plan.placement, "n_ctx": engine.info.n_ctx, "thinking": args.thinking,
+            "placement": plan.placement, "n_ctx": engine.info.n_ctx,
+            "thinking": "on" if thinking else "off", "thinking_budget": budget,
             "worker": not args.in_process, "template_kwargs": kwargs,
         }
         if args.preserve_thinking:

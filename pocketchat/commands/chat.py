@@ -17,6 +17,7 @@ from pocketchat import conversations
 from pocketchat.commands import oneshot
 from pocketchat.choose.model import STARTER, ModelChoice
 from pocketchat.choose.selection import Selection
+from pocketchat.commands.think import add_think_args, resolve, think_of
 from pocketchat.errors import OfflineError, UsageError
 from pocketchat.engines.types import ChatOptions, Engine
 from pocketchat.store.types import DownloadPlan, DownloadProgress
@@ -26,8 +27,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--continue", dest="resume", action="store_true",
                    help="reopen the last conversation")
     p.add_argument("--system", metavar="TEXT", help="system prompt for this chat")
-    p.add_argument("--no-think", dest="no_think", action="store_true",
-                   help="ask the model to answer without thinking first")
+    add_think_args(p)
     p.add_argument("-p", "--prompt", metavar="TEXT",
                    help="answer this one question on stdout and exit (also when stdin or stdout is not "
                         "a terminal: echo QUESTION | pocketchat)")
@@ -155,8 +155,10 @@ def describe_setup(sel: Selection, choice: ModelChoice | None) -> str:
 class Session:
     """The choice made in the app's start-up thread, and the engine factory that uses it."""
 
-    def __init__(self, sel: Selection, notes: tuple[str, ...] = ()) -> None:
+    def __init__(self, sel: Selection, notes: tuple[str, ...] = (), think=None) -> None:
         self.sel = sel
+        self.think = think  # --think (select.thinking.Think); None: on, the default budget
+        self.thinking_budget: int | None = None  # set by prepare: the budget --think comes to
         self.notes = notes  # shown in the chat once it opens
         self.choice: ModelChoice | None = None
         self.about = ""
@@ -184,6 +186,8 @@ class Session:
             choice = choose_model(sel.with_model(STARTER))
         self.choice = choice
         self.about = describe_setup(sel, choice)
+        if self.think is not None:
+            self.thinking_budget = resolve(self.think, choice, sel)[1]
         for note in (*self.notes, *choice.plan.notes):
             hooks.note(note)
         hooks.status(f"Loading {choice.label}")
@@ -235,13 +239,15 @@ def run(args: argparse.Namespace) -> int:
             print("No saved conversation yet: starting a new one.", file=sys.stderr)
         else:
             sel, note = resume_selection(sel, conversation)
-    session = Session(sel, notes=(note,) if note else ())
+    think = think_of(args)
+    session = Session(sel, notes=(note,) if note else (), think=think)
     app = create_app(
         session.open_engine,
         prepare=session.prepare,
         conversation=conversation,
         system=args.system,
-        thinking=not args.no_think,
+        thinking=think.on,
+        thinking_budget=lambda: session.thinking_budget,
         options=answer_options(args),
         ui_nice=max(0, getattr(args, "ui_nice", 0) or 0),
         about=lambda: session.about,

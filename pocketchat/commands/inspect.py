@@ -67,11 +67,17 @@ def report(name: str, facts, where: str, sel: Selection) -> dict:
     profile = sel.profile()
     rows = memory_table(facts, profile, name)
     plan, gave_up = None, ()
+    thinking = None
     try:
         check_fits(facts, profile, name)
         cand = fit.judge(build_from_facts(facts, name), profile, n_ctx=sel.ctx, backend=sel.backend,
                          threads=sel.threads, downloaded=True, forced=True)
         plan, gave_up = cand.plan, cand.gave_up
+        if plan is not None:
+            from pocketchat.commands.think import candidate_budget
+
+            budget = candidate_budget(cand)
+            thinking = {"tokens": budget.tokens, "why": budget.why}
         verdict = (f"fits: {plan.describe()}; context {plan.n_ctx}; serve runs "
                    f"{plan.serve_parallel} at once (--parallel)" if plan
                    else f"does not fit at --ctx {sel.ctx}")
@@ -87,6 +93,7 @@ def report(name: str, facts, where: str, sel: Selection) -> dict:
                     "placement": r.placement.placement if r.placement else None,
                     "n_cpu_moe": r.placement.n_cpu_moe if r.placement else None} for r in rows],
         "plan": asdict(plan) if plan else None, "verdict": verdict, "gave_up": list(gave_up),
+        "thinking_budget": thinking,
     }
 
 
@@ -133,6 +140,10 @@ def format_report(d: dict) -> str:
     lines += ["", f"  on this machine: {d['verdict']}"]
     if d["gave_up"]:
         lines.append(f"  gave up to fit: {', '.join(d['gave_up'])}")
+    if d.get("thinking_budget"):
+        from pocketchat.select.thinking import DefaultBudget
+
+        lines.append("  " + DefaultBudget(**d["thinking_budget"]).line())
     return "\n".join(lines)
 
 

@@ -73,6 +73,7 @@ def run(args: argparse.Namespace, sel: Selection) -> int:
     check_source(args)  # before the model is chosen: a missing question is said at once
     choice = choose_on_terminal(sel)
     question = read_prompt(args)
+    thinking = api_thinking(args, choice, sel)
     for note in choice.plan.notes:
         print(visible(f"note: {note}"), file=sys.stderr)
     status = StatusLine()
@@ -86,11 +87,19 @@ def run(args: argparse.Namespace, sel: Selection) -> int:
         messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
             {"role": "user", "content": question}]
         try:
-            return _stream(session.chat(messages, stream=True, thinking=not args.no_think),
+            return _stream(session.chat(messages, stream=True, thinking=thinking),
                            show_thinking=args.show_thinking, status=status)
         except KeyboardInterrupt:
             session.cancel()
             raise
+
+
+def api_thinking(args: argparse.Namespace, choice, sel: Selection) -> bool | int:
+    """--think as the Python API's `thinking=`: False, a budget, or True (no budget)."""
+    from pocketchat.commands.think import resolve, think_of
+
+    on, budget = resolve(think_of(args), choice, sel)
+    return budget if on and budget is not None else on
 
 
 def _stream(chunks: Iterator[Chunk], *, show_thinking: bool, status: StatusLine | None = None

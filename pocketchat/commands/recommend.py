@@ -7,6 +7,7 @@ import json
 
 from pocketchat.choose.model import recommend
 from pocketchat.choose.selection import Selection
+from pocketchat.commands.think import recommendation_budget
 from pocketchat.textsafe import visible
 
 
@@ -26,7 +27,11 @@ def run(args: argparse.Namespace) -> int:
         return _run_pooled(args, sel, profile)
     rec = recommend(sel, profile)
     if args.json:
-        print(json.dumps(rec.to_json(), indent=2))
+        body = rec.to_json()
+        budget = recommendation_budget(rec)
+        body["thinking_budget"] = ({"tokens": budget.tokens, "why": budget.why}
+                                   if budget is not None else None)
+        print(json.dumps(body, indent=2))
     else:
         if args.probe:
             print(visible(report.format_profile(profile)) + "\n")

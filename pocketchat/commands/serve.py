@@ -38,6 +38,10 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="RAM for the states of recent conversations, so clients that take "
                         "turns do not re-read their whole conversation (0: off; default: a "
                         "share of the memory the model leaves free, shown by /health)")
+    from pocketchat.commands.think import add_think_args
+
+    add_think_args(p, default_help="on: this machine's default budget; for requests that "
+                                   "say nothing of thinking")
     p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
                    help="let web pages from ORIGIN (e.g. https://app.example.com; '*' for any) "
                         "call the server from a browser; pages on this machine (localhost) "
@@ -133,6 +137,9 @@ def run(args: argparse.Namespace) -> int:
     if args.prompt_cache_mb is not None:
         choice = replace(choice, plan=replace(choice.plan,
                                               prompt_cache_bytes=args.prompt_cache_mb * 1024**2))
+    from pocketchat.commands.think import resolve, think_of
+
+    args.thinking_default = resolve(think_of(args), choice, sel)
     sock = bind(args.host, args.port)
     return _serve(args, choice, sock, api_key, loopback)
 
@@ -178,9 +185,14 @@ def _serve(args: argparse.Namespace, choice, sock: socket.socket, api_key: str |
     info = {"max_model_len": choice.plan.n_ctx,
             "meta": {"backend": choice.plan.backend, "placement": choice.plan.describe(),
                      "n_ctx": choice.plan.n_ctx, "parallel": host.sequences}}
+    from pocketchat.server.thinking import ThinkDefault
+
+    on, budget = getattr(args, "thinking_default", (True, None))
     app = create_app(host, model_id=name, aliases=aliases, api_key=api_key,
-                     loopback_only=loopback, model_info=info, cors_origins=args.cors_origin)
+                     loopback_only=loopback, model_info=info, cors_origins=args.cors_origin,
+                     thinking=ThinkDefault(on, budget))
     together = f", {host.sequences} answers at once" if host.sequences > 1 else ""
+    together += f"; {ThinkDefault(on, budget).describe()}"
     print(one_line(f"loading {choice.label} ({choice.plan.describe()}{together}); listening on {url}"
                    + ("" if loopback else " (API key required)")), file=sys.stderr, flush=True)
     # No colours: uvicorn decides them from stdout, while its lines go to stderr (a file, maybe).

@@ -89,7 +89,8 @@ def tokens_per_word(engine, words: list[str]) -> float:
 
 
 def run_turns(engine, turns: int, thinking: bool, seed: int = 7,
-              template_kwargs: dict[str, Any] | None = None, label: str = "") -> list[TurnRow]:
+              template_kwargs: dict[str, Any] | None = None, label: str = "",
+              thinking_budget: int | None = None) -> list[TurnRow]:
     """Chat `turns` turns as the app does; one row per turn. `label` starts the first
     message (two runs on one engine: the second does not reuse the first)."""
     from pocketchat.engines.types import ChatOptions, Message
@@ -100,6 +101,7 @@ def run_turns(engine, turns: int, thinking: bool, seed: int = 7,
     size = message_tokens(engine.info.n_ctx, turns)
     n_words = max(2, round(size / per_word))
     opts = ChatOptions(temperature=0.0, max_tokens=ANSWER_TOKENS, thinking=thinking, seed=seed,
+                       thinking_budget=thinking_budget if thinking else None,
                        template_kwargs=dict(template_kwargs) if template_kwargs else None)
     messages: list[Message] = []
     rows = []

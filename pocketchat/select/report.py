@@ -9,6 +9,7 @@ from pocketchat.errors import RPC_REINSTALL, NothingFits
 from pocketchat.select.estimate import DEFAULT_CPU_GBPS, fmt_gb
 from pocketchat.select.budget import cpu_budget
 from pocketchat.select.ladder import DEFAULT_CTX
+from pocketchat.select.thinking import default_budget
 from pocketchat.types import Candidate, HardwareProfile, Recommendation
 
 
@@ -60,6 +61,8 @@ def format_recommendation(rec: Recommendation) -> str:
         lines += _wrap(f"  why: {_without_gave_up(r.reason)}", "       ")
         if r.gave_up:
             lines += _wrap(f"  gave up to fit: {', '.join(r.gave_up)}", "       ")
+        budget = default_budget(r.estimated_decode_tok_s, r.speed_source)
+        lines += _wrap(f"  {budget.line()}", "       ")
         lines.append(f"  run:  {run_command(r, rec.lang)}")
         stock = llama_cpp_command(r)
         if stock:

@@ -4,6 +4,8 @@
     POST /v1/completions        the legacy endpoint: a raw prompt continued
     POST /v1/messages           Anthropic's Messages API (and /v1/messages/count_tokens)
     POST /v1/responses          OpenAI's Responses API (GET/DELETE /v1/responses/{id}: stored)
+    POST /v1/chat/completions/{id}/end_thinking   end a streaming answer's thought now (also
+                                under /v1/messages/ and /v1/responses/; see thinking.py)
     GET  /v1/models             the one model this server runs
     GET  /health                {"status": "loading" | "ready" | "error", ...} (no key needed)
     GET  /openapi.json          every endpoint's request and response (openapi.py)
@@ -28,7 +30,7 @@ from starlette.routing import Route
 
 from pocketchat.errors import ApiError
 from pocketchat.server.cors import Cors, CorsPolicy, Preflight
-from pocketchat.server.endpoint import MAX_BODY_BYTES
+from pocketchat.server.endpoint import MAX_BODY_BYTES, Endpoint
 from pocketchat.server.guard import Guard, send_error
 from pocketchat.server.host import EngineHost
 from pocketchat.server.openapi import document
@@ -37,14 +39,16 @@ from pocketchat.server.protocols.anthropic.endpoints import CountTokens, Message
 from pocketchat.server.protocols.openai.endpoints import ChatCompletions, Completions
 from pocketchat.server.protocols.responses.endpoints import Responses
 from pocketchat.server.protocols.responses.store import ResponseStore
+from pocketchat.server.thinking import ServerThinking, ThinkDefault
 
 
 def create_app(host: EngineHost, *, model_id: str, aliases: Sequence[str] = (),
                api_key: str | None = None, loopback_only: bool = True,
                model_info: dict[str, Any] | None = None, max_body: int = MAX_BODY_BYTES,
-               cors_origins: Sequence[str] = ()) -> Cors:
+               cors_origins: Sequence[str] = (), thinking: ThinkDefault | None = None) -> Cors:
     """The server's ASGI application (run it with uvicorn); `cors_origins`: the web origins
-    allowed besides this machine's own pages ('*': any), see cors.py."""
+    allowed besides this machine's own pages ('*': any), see cors.py; `thinking`: what a
+    request that says nothing of thinking gets (`serve --think`)."""
     created = int(time.time())
     card = {"id": model_id, "object": "model", "created": created, "owned_by": "pocketchat",
             **(model_info or {})}
@@ -94,7 +98,8 @@ def create_app(host: EngineHost, *, model_id: str, aliases: Sequence[str] = (),
         if status in (404, 405):
             text = (f"{text}: {request.method} {request.url.path}. This server answers POST "
                     "/v1/chat/completions, POST /v1/completions, POST /v1/messages, POST "
-                    "/v1/responses, GET /v1/models, GET /health and GET /openapi.json (the API's "
+                    "/v1/responses, POST .../{id}/end_thinking, GET /v1/models, GET /health and GET "
+                    "/openapi.json (the API's "
                     "schema); the /v1 prefix may be left out.")
         body = {"error": {"message": str(text), "type": kind, "param": None, "code": None}}
         return JSONResponse(body, status_code=status, headers=getattr(exc, "headers", None))
@@ -107,6 +112,18 @@ def create_app(host: EngineHost, *, model_id: str, aliases: Sequence[str] = (),
         finally:
             await host.stop()
 
+    thoughts = ServerThinking(thinking)
+
+    async def end_thinking(request: Request) -> JSONResponse:
+        rid = request.path_params["id"]
+        status = thoughts.end(rid)
+        if status is None:
+            exc = ApiError(f"no answer in flight has the id {rid!r} (it has ended, or it was "
+                           "never streamed by this server)", status=404, code="answer_not_found",
+                           param="id")
+            return JSONResponse(error_body(exc), status_code=404)
+        return JSONResponse({"id": rid, "object": "end_thinking", "status": status})
+
     api: list[tuple[str, Any, list[str]]] = [  # served with and without the /v1 prefix
         ("/v1/models", models, ["GET"]),
         ("/v1/models/{name:path}", model, ["GET"]),
@@ -117,7 +134,12 @@ def create_app(host: EngineHost, *, model_id: str, aliases: Sequence[str] = (),
         ("/v1/responses", Responses(host, model_id, aliases, max_body, store), ["POST"]),
         ("/v1/responses/{id}", stored, ["GET"]),
         ("/v1/responses/{id}", forget, ["DELETE"]),
+        *((f"{base}/{{id}}/end_thinking", end_thinking, ["POST"])
+          for base in ("/v1/chat/completions", "/v1/messages", "/v1/responses")),
     ]
+    for _, endpoint, _ in api:
+        if isinstance(endpoint, Endpoint):
+            endpoint.thinking = thoughts
     routes = [Route("/health", health, methods=["GET"]),
               Route("/openapi.json", openapi, methods=["GET"])]
     routes += [Route(path, endpoint, methods=methods) for path, endpoint, methods in api]

@@ -27,6 +27,7 @@ from pocketchat.server.host import EngineHost
 from pocketchat.server.turn import Run, Turn, stopping
 from pocketchat.server.protocols.openai.encode import error_body as openai_error_body
 from pocketchat.server.reply import Delta, Reply
+from pocketchat.server.thinking import ServerThinking
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
 log = logging.getLogger("pocketchat.server")
@@ -177,6 +178,9 @@ class Endpoint:
         self.names = {model_id, *aliases}
         self.max_body = max_body
 
+    # The default thinking and the answers a client may end the thinking of (create_app
+    # gives every endpoint the app's one; this one serves endpoints made alone).
+    thinking: ServerThinking = ServerThinking()
     error_body: Callable[[ApiError], Any] = staticmethod(openai_error_body)  # the protocol's
     error_event: Callable[[ApiError], tuple[str, Any]] | None = None  # ... on a started stream
 
@@ -231,32 +235,43 @@ class Endpoint:
 
 async def answer_one(turn: Turn, run: Run, stops: Sequence[str],
                      on_delta: Callable[[Delta, bool], Awaitable[None]],
-                     on_progress: Callable[[Chunk], Awaitable[None]] | None = None) -> Reply:
+                     on_progress: Callable[[Chunk], Awaitable[None]] | None = None, *,
+                     thinking: ServerThinking | None = None, key: str | None = None) -> Reply:
     """One answer within a turn, stop sequences applied: `on_delta(delta, first)` gets each
     piece (the first once the engine has read the prompt); errors before that are raised.
-    While a long prompt is read, `on_progress(chunk)` (when given) gets its progress chunks."""
+    While a long prompt is read, `on_progress(chunk)` (when given) gets its progress chunks.
+    With `thinking` and `key`, a client may end the answer's thinking by that id meanwhile."""
     async with turn.answer(run) as answer:
-        chunks = aiter(answer)
-        first = await anext(chunks)
-        while first.progress is not None:  # the prompt being read: no text yet
-            refuse_dropped(first)
-            if on_progress is not None:
-                await on_progress(first)
-            first = await anext(chunks)
-        if first.finish_reason == "error":
-            raise chunk_error(first)
+        with (thinking or Endpoint.thinking).held(key, answer) as handle:
+            return await _answer_one(answer, stops, on_delta, on_progress, handle.note)
+
+
+async def _answer_one(answer: Any, stops: Sequence[str],
+                      on_delta: Callable[[Delta, bool], Awaitable[None]],
+                      on_progress: Callable[[Chunk], Awaitable[None]] | None,
+                      note: Callable[[Chunk], None]) -> Reply:
+    chunks = aiter(answer)
+    first = await anext(chunks)
+    while first.progress is not None:  # the prompt being read: no text yet
         refuse_dropped(first)
-        reply, last, opening = Reply(stops), first, True
-        async for last in _with_first(first, chunks):
-            if last.progress is not None:
-                continue
-            await on_delta(reply.feed(last), opening)
-            opening = False
-            if reply.stopped:
-                answer.cancel()
-        if reply.finish_reason == "error":
-            raise chunk_error(last)
-        return reply
+        if on_progress is not None:
+            await on_progress(first)
+        first = await anext(chunks)
+    if first.finish_reason == "error":
+        raise chunk_error(first)
+    refuse_dropped(first)
+    reply, last, opening = Reply(stops), first, True
+    async for last in _with_first(first, chunks):
+        if last.progress is not None:
+            continue
+        note(last)
+        await on_delta(reply.feed(last), opening)
+        opening = False
+        if reply.stopped:
+            answer.cancel()
+    if reply.finish_reason == "error":
+        raise chunk_error(last)
+    return reply
 
 
 async def quiet(_delta: Delta, _first: bool) -> None:

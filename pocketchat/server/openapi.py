@@ -25,12 +25,40 @@ HEALTH = {
 }
 
 
+END_THINKING = {
+    "type": "object", "required": ["id", "object", "status"],
+    "properties": {"id": {"type": "string"}, "object": {"const": "end_thinking"},
+                   "status": {"enum": ["ending", "not_thinking"]}},
+}
+
+
+def _end_thinking(base: str) -> dict[str, Any]:
+    """POST {base}/{id}/end_thinking: end a streaming answer's thought now (thinking.py)."""
+    error = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+    return {"post": {
+        "summary": "End the thought of the answer in flight with this id (the one its stream's "
+                   "first event carries) now; the answer follows on its stream.",
+        "parameters": [{"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}],
+        "requestBody": {"required": False, "content": {"application/json": {
+            "schema": {"type": "object"}}}},
+        "responses": {"200": {"description": "ending: asked of the model; not_thinking: the "
+                                             "answer is past its thought already.",
+                              "content": {"application/json": {"schema": {
+                                  "$ref": "#/components/schemas/EndThinking"}}}},
+                      "401": {"description": "No or a wrong API key.", **error},
+                      "403": {"description": "A Host or Origin this server does not answer.", **error},
+                      "404": {"description": "No answer in flight has this id.", **error},
+                      "415": {"description": "A body that is not JSON.", **error}}}}
+
+
 def document(version: str = "0") -> dict[str, Any]:
     """The whole document (a fresh copy)."""
     health_response = {"description": "The server's state (503 until the model is ready).",
                        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Health"}}}}
     paths = {
         **openai_schema.PATHS, **anthropic_schema.PATHS, **responses_schema.PATHS,
+        **{f"{base}/{{id}}/end_thinking": _end_thinking(base)
+           for base in ("/v1/chat/completions", "/v1/messages", "/v1/responses")},
         "/health": {"get": {"summary": "Whether the model is loaded; no API key needed.",
                             "security": [],
                             "responses": {"200": health_response, "503": health_response,
@@ -53,7 +81,8 @@ def document(version: str = "0") -> dict[str, Any]:
                                 "400 whose `error.param` names the field."},
         "paths": paths,
         "components": {"schemas": {**openai_schema.COMPONENTS, **anthropic_schema.COMPONENTS,
-                                   **responses_schema.COMPONENTS, "Health": HEALTH},
+                                   **responses_schema.COMPONENTS, "Health": HEALTH,
+                                   "EndThinking": END_THINKING},
                        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"},
                                            "apiKey": {"type": "apiKey", "in": "header",
                                                       "name": "x-api-key"}}},

@@ -21,6 +21,9 @@ class Generation:
     stop: tuple[str, ...] = ()
     n: int = 1
     return_progress: bool = False  # stream `prompt_progress` events while the prompt is read
+    # What the server's default thinking (`serve --think`) gives this request: "all" (it said
+    # nothing of thinking), "budget" (it turned thinking on without a budget), "" (nothing).
+    thinking_from_server: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -46,12 +46,15 @@ class Streamed:
         self.finished = False
         self.crashed = False
         self._stop = False
+        self._end_thought = False
         self._done = self._loop.run_in_executor(executor, self._pump, run)
 
     def _pump(self, run: Run) -> None:
         put = self._loop.call_soon_threadsafe
         try:
             self._answer = run(self._engine)
+            if self._end_thought:  # asked before the engine began
+                self._answer.end_thinking()
             for chunk in self._answer:
                 put(self._items.put_nowait, chunk)
                 if self._stop and chunk.finish_reason is None:  # asked before the engine began
@@ -79,6 +82,13 @@ class Streamed:
             self._stop = True
             if self._answer is not None:
                 self._answer.cancel()
+
+    def end_thinking(self) -> None:
+        """Ask the engine to end this answer's thought now (the answer follows)."""
+        if not self.finished:
+            self._end_thought = True
+            if self._answer is not None:
+                self._answer.end_thinking()
 
     def fail(self, exc: BaseException) -> None:
         """End this answer for its reader now with `exc`, and ask the engine to stop it (a

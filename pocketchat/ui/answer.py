@@ -30,6 +30,7 @@ from textual.widget import Widget
 from textual.widgets import Collapsible, Label, Markdown
 
 from pocketchat.textsafe import visible
+from pocketchat.ui.format import thinking_title
 from pocketchat.ui.tail import Tail
 
 TAIL_SPARE_SCREENS = 3  # blank lines under the text being written: room for seconds of text
@@ -206,7 +207,8 @@ class ThinkingBox(Collapsible):
 class AnswerView(Vertical):
     """One answer: thinking (dimmed, collapsible) above the Markdown text, figures below."""
 
-    def __init__(self, text: str = "", thinking: str = "", *, streaming: bool = False) -> None:
+    def __init__(self, text: str = "", thinking: str = "", *, streaming: bool = False,
+                 thought: tuple[int, float | None, str] | None = None) -> None:
         super().__init__(classes="message assistant")
         self._initial_text = text
         self._initial_thinking = thinking
@@ -215,6 +217,8 @@ class AnswerView(Vertical):
         self.thinking = thinking
         self._answer_stream: StreamingMarkdown | None = None
         self._thinking_stream: StreamingMarkdown | None = None
+        # the thought's figures for its title: tokens, seconds, how it ended (ThoughtClock)
+        self.thought: tuple[int, float | None, str] = thought or (0, None, "")
 
     def compose(self) -> ComposeResult:
         if self._initial_thinking:
@@ -232,7 +236,23 @@ class AnswerView(Vertical):
         if self.streaming:
             self._thinking_stream = StreamingMarkdown(body, classes="thinking-stream")
             body = self._thinking_stream
-        return ThinkingBox(body, title="Thinking", collapsed=collapsed, classes="thinking")
+        return ThinkingBox(body, title=self.thinking_title(), collapsed=collapsed,
+                           classes="thinking")
+
+    def thinking_title(self) -> str:
+        """'Thinking · 412 tokens · 38 s · ended by you' (figures not known left out)."""
+        return thinking_title(*self.thought)
+
+    def set_thought(self, tokens: int, seconds: float | None, end: str) -> None:
+        """The thought's figures so far; its title follows them."""
+        self.thought = (tokens, seconds, end)
+        self._retitle()
+
+    def _retitle(self) -> None:
+        for box in self.query("Collapsible.thinking").results(Collapsible):
+            title = self.thinking_title()
+            if box.title != title:
+                box.title = title
 
     @property
     def answer(self) -> Markdown:
@@ -244,9 +264,9 @@ class AnswerView(Vertical):
             return False
         self.thinking += fragment
         mounted = self._thinking_stream is None
-        if mounted:
+        if mounted:  # collapsed: its title counts tokens and seconds; a click opens it
             before = self._answer_stream or self.answer
-            await self.mount(self._make_thinking(collapsed=False), before=before)
+            await self.mount(self._make_thinking(collapsed=True), before=before)
         assert self._thinking_stream is not None
         return await self._thinking_stream.write(visible(fragment)) or mounted
 
@@ -270,12 +290,18 @@ class AnswerView(Vertical):
         """Where the text being written is, answer or thinking: the tail it is written into and
         its rows of text (the answer's empty tail before its first token; None once it ended)."""
         for stream in (self._answer_stream, self._thinking_stream):
+            if stream is self._thinking_stream and self._thinking_folded():
+                continue  # a folded thought's rows are not on screen
             if stream is not None and stream.text and stream.tail.is_attached:
                 return stream.tail, stream.tail.rows
         stream = self._answer_stream
         if stream is not None and stream.tail.is_attached:
             return stream.tail, 0
         return None
+
+    def _thinking_folded(self) -> bool:
+        boxes = self.query("Collapsible.thinking").results(Collapsible)
+        return any(box.collapsed for box in boxes)
 
     async def _finish_thinking(self) -> None:
         if self._thinking_stream is not None and self._thinking_stream.tail.is_attached:

@@ -23,7 +23,7 @@ from pocketchat.conversations import Conversation
 from pocketchat.paths import settings
 from pocketchat.engines.types import ChatOptions, Engine, EngineInfo
 from pocketchat.ui import enginewatch
-from pocketchat.ui.chat import RESTART_HINT, Chat
+from pocketchat.ui.chat import RESTART_HINT, Chat, answer_now
 from pocketchat.ui.format import describe_error
 from pocketchat.ui.messages import (
     EngineFailed,
@@ -59,6 +59,7 @@ class ChatApp(App[int]):
     COMMANDS = {ChatCommands} | App.COMMANDS
     BINDINGS = [
         Binding("escape", "stop", "Stop answer"),
+        Binding("ctrl+t", "answer_now", "Answer", tooltip="Answer now: end the thinking"),
         Binding("ctrl+n", "new_chat", "New chat"),
         Binding("ctrl+r", "restart", "Restart engine"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
@@ -73,6 +74,7 @@ class ChatApp(App[int]):
         conversation: Conversation | None = None,
         system: str | None = None,
         thinking: bool = True,
+        thinking_budget: Callable[[], int | None] | int | None = None,
         options: ChatOptions | None = None,
         about: Callable[[], str] | str | None = None,
         memory_probe: MemoryFn | None = None,
@@ -85,7 +87,7 @@ class ChatApp(App[int]):
         self.prepare = prepare
         self.about = about
         self.chat = Chat(conversation, system=system, thinking=thinking, options=options,
-                         save_interval=save_interval)
+                         save_interval=save_interval, thinking_budget=thinking_budget)
         self._memory_probe = memory_probe
         self._own_probe = memory_probe is None  # ours follows the engine's worker across restarts
         self._ctrl_c_at = -CTRL_C_AGAIN
@@ -246,6 +248,9 @@ class ChatApp(App[int]):
             self.chat.idle_status("No model")
 
     # -- actions ---------------------------------------------------------------------------
+    def action_answer_now(self) -> None:  # Ctrl+T: the thought ends; the answer follows
+        answer_now(self.chat)
+
     def action_stop(self) -> None:
         """Esc: closes the keys panel when it is open, else stops the answer."""
         if self.screen.query("HelpPanel"):
@@ -355,8 +360,9 @@ class ChatApp(App[int]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Hide keys that do nothing now (chat keys while loading). Esc stays shown: showing
         and hiding it rebuilt the footer while the model decodes, CPU taken from the model."""
-        if action in ("new_chat", "restart"):
-            return self._startup_screen() is None and not self._starting
+        if action in ("new_chat", "restart", "answer_now"):  # Ctrl+T: while thinking is on
+            return self._startup_screen() is None and not self._starting and (action != "answer_now"
+                or self.chat.thinking and getattr(self.info, "thinking", None) is not False)
         return True
 
     async def on_unmount(self) -> None:

@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import threading
 import time
+from typing import Callable
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -28,6 +29,7 @@ from pocketchat.ui.messages import EngineLost
 from pocketchat.ui.holding import Holding
 from pocketchat.ui.screens import ConversationsScreen, SystemPromptScreen
 from pocketchat.ui.streaming import AnswerStream, RenderPacer, StreamUpdate
+from pocketchat.ui.thinking import answer_now, budget_of, saved_figures
 from pocketchat.ui.widgets import (
     AnswerView,
     ChatLog,
@@ -57,6 +59,7 @@ class Chat(Vertical):
         *,
         system: str | None = None,
         thinking: bool = True,
+        thinking_budget: Callable[[], int | None] | int | None = None,
         options: ChatOptions | None = None,
         save_interval: float = 1.0,
         id: str | None = "chat",  # noqa: A002 - Textual's name
@@ -67,6 +70,7 @@ class Chat(Vertical):
         if conversation is not None and system is not None:
             self.conversation.system = system
         self.thinking = thinking
+        self.thinking_budget = thinking_budget  # None: no budget; see thinking.budget_of
         self.base_options = options or ChatOptions()
         self.save_interval = save_interval
         self.engine: Engine | None = None
@@ -126,7 +130,7 @@ class Chat(Vertical):
                 widgets.append(UserMessage(message.content))
                 prompt.remember(message.content)
             elif message.role == "assistant":
-                widgets.append(AnswerView(message.content, message.thinking))
+                widgets.append(AnswerView(message.content, message.thinking, thought=saved_figures(message.stats)))
         if not widgets:
             await log.mount(Welcome())
         else:
@@ -188,7 +192,8 @@ class Chat(Vertical):
         conversation.add("user", text)
         history = conversation.engine_messages()
         message = conversation.add("assistant", interrupted=True)
-        options = dataclasses.replace(self.base_options, thinking=self.thinking)
+        budget = budget_of(self) if self.thinking else None
+        options = dataclasses.replace(self.base_options, thinking=self.thinking, thinking_budget=budget)
         shown = threading.Event()
         stream = AnswerStream(self.engine, conversation, message, history, options,
                               save_interval=self.save_interval,
@@ -218,10 +223,14 @@ class Chat(Vertical):
             return
         update = stream.drain()
         laid_out = await view.add_thinking(update.thinking)
+        if update.thought is not None:  # the block's title: tokens, seconds
+            view.set_thought(*update.thought)
         laid_out = await view.add_text(update.text) or laid_out
         if not laid_out:  # a layout places the view itself; new rows without one scroll it
             follower.follow()
         state = "Answering" if view.text else "Thinking" if view.thinking else "Waiting for the first token"
+        if stream.thought_end_asked and not view.text and not stream.cancelled:
+            state = "Ending the thought"
         if stream.cancelled and not view.text:
             state = "Stopping"  # Esc: what it said at once stays until the answer ends
         elif not self._restored.is_set() and not view.text:
@@ -235,7 +244,7 @@ class Chat(Vertical):
             self._shown_state, self._status_at = state, now
             limit = self.info.n_ctx if self.info else 0
             self.status(figures_from_stats(update.stats, state, self.memory, limit,
-                                           update.first_token_at))
+                                           update.first_token_at, stream.options.thinking_budget))
         if update.done:
             self._ending = True
             try:
@@ -364,6 +373,7 @@ class Chat(Vertical):
 
     def toggle_thinking(self) -> None:
         self.thinking = not self.thinking
+        self.app.refresh_bindings()  # Ctrl+T shows only while thinking is on
         self.notify(f"Thinking {'on' if self.thinking else 'off'} for the next answers.")
 
     def copy_answer(self) -> None:

@@ -81,3 +81,25 @@ def dropped_line(n: int) -> str:
     one = n == 1
     return (f"{n} earlier message{'' if one else 's'} no longer fit{'s' if one else ''} the context "
             f"and {'was' if one else 'were'} left out of what the model saw.")
+
+
+THOUGHT_ENDS = {"budget": "ended at its budget", "user": "ended by you"}
+
+
+def thinking_title(tokens: int, seconds: float | None, end: str = "") -> str:
+    """The thinking block's title: 'Thinking · 412 tokens · 38 s' (a figure not known yet left
+    out), and how it ended when it did not end by itself ('· ended by you')."""
+    parts = ["Thinking"]
+    if tokens:
+        parts.append(f"{tokens:,} token{'' if tokens == 1 else 's'}")
+    if seconds is not None:
+        parts.append(f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s")
+    if end in THOUGHT_ENDS:
+        parts.append(THOUGHT_ENDS[end])
+    return " · ".join(parts)
+
+
+def thinking_figure(tokens: int, budget: int | None) -> str:
+    """The status bar's thinking figure: 'think 412/576' against the budget, 'think 412'
+    without one."""
+    return f"think {tokens:,}/{budget:,}" if budget else f"think {tokens:,}"

@@ -6,13 +6,15 @@ from typing import Callable, Iterator
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
+from pocketchat.ui import thinking
 from pocketchat.ui.chat import Chat
 
 PaletteCommand = tuple[str, str, Callable[[], object]]
 
 
 class ChatCommands(Provider):
-    """New chat, system prompt, thinking on/off, copy, hardware, saved chats, restart."""
+    """New chat, system prompt, thinking on/off and its budget, answer now, copy, hardware,
+    saved chats, restart."""
 
     def _commands(self) -> Iterator[PaletteCommand]:
         app = self.app
@@ -24,6 +26,11 @@ class ChatCommands(Provider):
             if getattr(chat.info, "thinking", None) is not False:  # only for a model that thinks
                 state = "off" if chat.thinking else "on"
                 yield f"Thinking {state}", f"Turn the model's thinking {state}", chat.toggle_thinking
+                yield ("Thinking budget", "The most tokens the next answers may think (off, on, "
+                       "unlimited or N)", lambda: thinking.edit_budget(chat))
+                if thinking.in_thought(chat):
+                    yield ("Answer now", "End the thinking now; the answer follows (Ctrl+T)",
+                           lambda: thinking.answer_now(chat))
             yield "Copy last answer", "Copy the last answer to the clipboard", chat.copy_answer
         yield ("Hardware and recommendation", "What runs, on what, and why",
                lambda: app.run_action("about"))

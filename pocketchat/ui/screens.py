@@ -12,6 +12,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import (
     Button,
     Footer,
+    Input,
     Label,
     LoadingIndicator,
     Markdown,
@@ -23,6 +24,7 @@ from textual.widgets import (
 from textual.widgets.option_list import Option
 
 from pocketchat.conversations import Conversation
+from pocketchat.select.thinking import Think
 from pocketchat.textsafe import one_line, pasted, visible
 from pocketchat.ui.format import human_bytes, human_duration, meter
 from pocketchat.ui.widgets import PromptInput
@@ -203,6 +205,49 @@ class SystemPromptScreen(ModalScreen["str | None"]):
 
     def action_save(self) -> None:
         self.dismiss(self.query_one("#system-text", TextArea).text.strip())
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class ThinkingBudgetScreen(ModalScreen["Think | None"]):
+    """Set the thinking of this session's next answers: off, on, unlimited or a budget in
+    tokens; Enter sets it, Esc cancels; a value it cannot take is said under the field."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, current: str) -> None:
+        super().__init__(classes="dialog")
+        self.current = current
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog-box"):
+            yield Label("Thinking budget for the next answers: a number of tokens, "
+                        "off, on or unlimited")
+            yield Input(self.current, id="budget-value")
+            yield Label("", id="budget-error", classes="error")
+            with Horizontal(classes="buttons"):
+                yield Button("Set", variant="primary", id="set")
+                yield Button("Cancel", id="cancel")
+        yield Footer()
+
+    def on_input_submitted(self, _event: Input.Submitted) -> None:
+        self.action_set()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.action_set() if event.button.id == "set" else self.action_cancel()
+
+    def action_set(self) -> None:
+        from pocketchat.errors import UsageError
+        from pocketchat.select.thinking import parse_think
+
+        text = self.query_one("#budget-value", Input).value
+        try:
+            value = parse_think(text, flag="the budget")
+        except UsageError as exc:
+            self.query_one("#budget-error", Label).update(visible(exc.message))
+            return
+        self.dismiss(value)
 
     def action_cancel(self) -> None:
         self.dismiss(None)

@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 from pocketchat.conversations import Autosave, ChatMessage, Conversation, stats_summary
 from pocketchat.engines.types import ChatOptions, Engine, Message, PromptProgress, Stats
 from pocketchat.ui import modelstate
+from pocketchat.ui.thinking import ThoughtClock
 
 UPDATES_PER_SECOND = 10  # the most screen updates a second while an answer streams
 CHUNK_INTERVAL = 1.0 / UPDATES_PER_SECOND  # the worker sends text no more often than it can show
@@ -42,6 +43,7 @@ class StreamUpdate:
     elapsed: float = 0.0
     first_token_at: float | None = None
     progress: PromptProgress | None = None  # the prompt is being read (no text yet)
+    thought: tuple[int, float | None, str] | None = None  # the thought's figures (ThoughtClock)
 
 
 class AnswerStream:
@@ -67,6 +69,8 @@ class AnswerStream:
         self.finished = threading.Event()
         self.settled = threading.Event()  # the model's state is saved: the engine is free
         self.cancelled = False
+        self.thought_end_asked = False  # the user asked for the answer now
+        self.thought = ThoughtClock()  # the thought's tokens, seconds and end
         self._lock = threading.Lock()
         self._text: list[str] = []
         self._thinking: list[str] = []
@@ -103,7 +107,8 @@ class AnswerStream:
                         message.thinking += chunk.thinking
                     self._stats = chunk.stats
                     self._progress = chunk.progress
-                message.stats = stats_summary(chunk.stats)
+                    self.thought.feed(chunk)
+                message.stats = stats_summary(chunk.stats) | self.thought.saved()
                 if chunk.finish_reason is not None:
                     finish, error = chunk.finish_reason, chunk.error
                     break
@@ -152,6 +157,7 @@ class AnswerStream:
                     self._first_token - self._started if self._first_token is not None else None
                 ),
                 progress=None if done else self._progress,
+                thought=self.thought.figures,
             )
 
     def cancel(self) -> None:
@@ -160,6 +166,14 @@ class AnswerStream:
         try:
             self.engine.cancel()
         except Exception:  # noqa: BLE001 - a dead engine cannot be cancelled; the thread ends anyway
+            pass
+
+    def end_thinking(self) -> None:
+        """Ask the engine to end the thought now; the answer follows on this stream."""
+        self.thought_end_asked = True
+        try:
+            self.engine.end_thinking()
+        except Exception:  # noqa: BLE001 - a dead engine: the stream ends by itself
             pass
 
     def wait(self, timeout: float | None = None) -> bool:

@@ -20,7 +20,7 @@ from pocketchat.ui.answer import AnswerView  # noqa: F401 - a message widget lik
 from pocketchat.ui.fitline import Part, fit
 from pocketchat.ui.follow import Follower
 from pocketchat.ui.fitline import plain as fitted_text
-from pocketchat.ui.format import compact_count, human_bytes, human_duration, meter
+from pocketchat.ui.format import compact_count, human_bytes, human_duration, meter, thinking_figure
 
 
 PLACEMENT_WORDS = {"cpu": "CPU", "gpu": "GPU, all layers", "gpu+cpu-experts": "GPU + experts on CPU"}
@@ -213,6 +213,8 @@ class StatusFigures:
     reused_tokens: int = 0  # of prompt_length, taken from the prompt cache
     prompt_length: int = 0
     threads_note: str = ""  # the CPU threads moved: '1 of 2 threads: the machine is busy'
+    thinking_tokens: int = 0  # of the answer's thought so far (the engine's count)
+    thinking_budget: int | None = None  # the budget the thought is held to (None: none)
 
 
 def context_level(used: int, limit: int) -> str:
@@ -285,6 +287,10 @@ def status_parts(f: StatusFigures, level: str) -> list[Part]:
     parts.append(Part.of(f"TTFT {human_duration(f.ttft_seconds) if known else '–'}", 30 if known else 10))
     if f.prompt_length:
         parts.append(Part.of(f"cached {f.reused_tokens:,}/{f.prompt_length:,}", 20))
+    if f.thinking_tokens:  # the thought against its budget: kept while the model thinks
+        thinking = f.state.startswith(("Thinking", "Ending the thought"))
+        parts.append(Part.of(thinking_figure(f.thinking_tokens, f.thinking_budget),
+                             45 if thinking else 15))
     tokens = f.tokens or 0
     parts.append(Part.of(f"{tokens} tokens", 50 if tokens else 10))
     if f.context_limit:
@@ -300,11 +306,13 @@ def status_parts(f: StatusFigures, level: str) -> list[Part]:
 
 
 def figures_from_stats(
-    stats: Stats | None, state: str, memory: int | None, limit: int, elapsed_ttft: float | None
+    stats: Stats | None, state: str, memory: int | None, limit: int, elapsed_ttft: float | None,
+    thinking_budget: int | None = None,
 ) -> StatusFigures:
     if stats is None:
         return StatusFigures(state=state, ttft_seconds=elapsed_ttft, tokens=0,
-                             context_limit=limit, memory_bytes=memory)
+                             context_limit=limit, memory_bytes=memory,
+                             thinking_budget=thinking_budget)
     ttft = stats.ttft_seconds if stats.ttft_seconds is not None else elapsed_ttft
     return StatusFigures(
         state=state,
@@ -317,4 +325,6 @@ def figures_from_stats(
         reused_tokens=stats.reused_tokens,
         prompt_length=stats.prompt_length,
         threads_note=stats.threads_note,
+        thinking_tokens=stats.thinking_tokens,
+        thinking_budget=thinking_budget,
     )

@@ -2,6 +2,10 @@
 
 It honours `cancel()`, can hold an answer mid-way until released (so a test can look at the
 screen mid-stream or press Esc), and can crash the way a dead worker does (EngineCrashed).
+It thinks as the real engines do with a budget: the thought is closed after
+`ChatOptions.thinking_budget` of its tokens, or at once on `end_thinking()` (which also lets
+an answer held in its thought go on), with CLOSING as its last line, and the stats count the
+thought's tokens (`thinking_tokens`) and say how it ended (`thinking_end`).
 Stats are computed from a fixed per-token time, so figures on screen are deterministic.
 """
 
@@ -17,6 +21,7 @@ from pocketchat.errors import EngineCrashed
 from pocketchat.engines.types import ChatOptions, Chunk, EngineInfo, Message, Stats, StreamAnswer
 
 TOKEN = re.compile(r"\s*\S+|\s+")
+CLOSING = "\nTime is up, so I answer now."  # the line a closed thought ends with
 
 
 def tokens(text: str) -> list[str]:
@@ -53,8 +58,10 @@ class ScriptedEngine:
         self.release = threading.Event()
         self.held = threading.Event()
         self._cancel = threading.Event()
+        self._end_thought = threading.Event()
         self.closed = False
         self.cancels = 0
+        self.thoughts_ended = 0  # end_thinking() calls
 
     def chat(
         self, messages: Sequence[Message], options: ChatOptions | None = None
@@ -64,6 +71,7 @@ class ScriptedEngine:
         self.calls.append((list(messages), options))
         reply = self.replies[min(len(self.calls) - 1, len(self.replies) - 1)]
         self._cancel.clear()
+        self._end_thought.clear()
         return StreamAnswer(self._stream(messages, reply, options), self)
 
     def complete(self, prompt: str | Sequence[int], options: ChatOptions | None = None
@@ -79,21 +87,37 @@ class ScriptedEngine:
     ) -> Iterator[Chunk]:
         prompt_tokens = sum(len(tokens(m.content)) + 4 for m in messages)
         thinking = tokens(reply.thinking) if (options is None or options.thinking) else []
+        budget = options.thinking_budget if options is not None else None
         pieces = [("thinking", t) for t in thinking] + [("text", t) for t in tokens(reply.text)]
         n = 0
+        self._thought = [0, ""]  # [tokens of the thought, how it ended]
         for kind, piece in pieces:
             if reply.crash_after is not None and n >= reply.crash_after:
                 raise EngineCrashed("the worker process died (signal 9)", exitcode=-9)
             if reply.hold_after is not None and n == reply.hold_after:
                 self.held.set()
-                while not (self.release.wait(0.01) or self._cancel.is_set()):
+                while not (self.release.wait(0.01) or self._cancel.is_set()
+                           or (kind == "thinking" and self._end_thought.is_set())):
                     pass
             if self._cancel.is_set():
                 yield Chunk(stats=self._stats(prompt_tokens, n, reply), finish_reason="cancelled")
                 return
+            if kind == "thinking" and self._thought[1]:
+                continue  # the thought was closed: the answer follows
+            if kind == "thinking" and (self._end_thought.is_set() or (
+                    budget is not None and self._thought[0] >= budget)):
+                n += len(tokens(CLOSING))
+                self._thought = [self._thought[0] + len(tokens(CLOSING)),
+                                 "user" if self._end_thought.is_set() else "budget"]
+                yield Chunk(thinking=CLOSING, stats=self._stats(prompt_tokens, n, reply))
+                continue
+            if kind == "text" and thinking and not self._thought[1]:
+                self._thought[1] = "model"
             if self.delay:
                 time.sleep(self.delay)
             n += 1
+            if kind == "thinking":
+                self._thought[0] += 1
             stats = self._stats(prompt_tokens, n, reply)
             yield Chunk(text=piece, stats=stats) if kind == "text" else Chunk(
                 thinking=piece, stats=stats
@@ -117,6 +141,8 @@ class ScriptedEngine:
             context_used=used,
             context_limit=self.info.n_ctx,
             dropped_messages=reply.dropped_messages,
+            thinking_tokens=getattr(self, "_thought", (0, ""))[0],
+            thinking_end=getattr(self, "_thought", (0, ""))[1],  # type: ignore[arg-type]
         )
 
     def cancel(self) -> None:
@@ -124,7 +150,8 @@ class ScriptedEngine:
         self._cancel.set()
 
     def end_thinking(self) -> None:
-        self.thoughts_ended = getattr(self, "thoughts_ended", 0) + 1
+        self.thoughts_ended += 1
+        self._end_thought.set()
 
     def close(self) -> None:
         self.closed = True

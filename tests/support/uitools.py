@@ -96,10 +96,12 @@ def run(coro) -> None:
 
 def run_scripted_chat(spec: str) -> None:
     """Run the chat app in this terminal on a scripted engine (the tmux tests start it so):
-    `spec` is a JSON file {"text": the answer to every prompt, "delay": seconds per token}."""
+    `spec` is a JSON file {"text": the answer to every prompt, "delay": seconds per token,
+    "thinking": the thought before it (optional), "thinking_budget": the chat's budget}."""
     import json
     from pathlib import Path
 
     data = json.loads(Path(spec).read_text())
-    app, _, _ = make(Reply(data["text"]), delay=data.get("delay", 0.02))
+    app, _, _ = make(Reply(data["text"], thinking=data.get("thinking", "")),
+                     delay=data.get("delay", 0.02), thinking_budget=data.get("thinking_budget"))
     app.run()

@@ -48,8 +48,10 @@ class Messages(Endpoint):
             await out.named(*events.ping())
 
         async with self.host.turn() as turn:
-            reply = await answer_one(turn, chat_run(chat.messages, chat.options), chat.stop,
-                                     on_delta, on_progress if chat.stream else None)
+            options = self.thinking.options(chat.options, chat.thinking_from_server)
+            reply = await answer_one(turn, chat_run(chat.messages, options), chat.stop,
+                                     on_delta, on_progress if chat.stream else None,
+                                     thinking=self.thinking, key=mid)
         if not chat.stream:
             return await out.json(200, anthropic.message_body(
                 mid, request.model, reply.text, reply.thinking, reply.tool_calls, reply.stats,

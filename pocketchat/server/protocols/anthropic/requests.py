@@ -10,8 +10,9 @@
   turn's reasoning; a trailing assistant message is a prefill.
 - `tools`: custom tools as functions; server tools are left out. `tool_choice`: auto, any
   (a call is forced while sampling), tool (that one), none; `disable_parallel_tool_use`.
-- `thinking`: enabled or adaptive turn the model's thinking on, disabled (or none given, as
-  Anthropic's default) off.
+- `thinking`: enabled (at most `budget_tokens` of thought) or adaptive (the budget of
+  `output_config.effort` in server/thinking.py's table, else the server's default budget)
+  turn the model's thinking on, disabled (or none given, as Anthropic's default) off.
 - `output_config.format` / `output_format` (json_schema): enforced while sampling.
 """
 
@@ -27,6 +28,7 @@ from pocketchat.server.protocols.conversation import check_results, with_system
 from pocketchat.server.protocols.sealed import unseal
 from pocketchat.server.protocols.validate import Schema, bad, parse_json
 from pocketchat.server.request import ChatRequest
+from pocketchat.server.thinking import EFFORT_BUDGETS, effort_thinking
 
 MESSAGES = Schema(COMPONENTS, "AnthropicMessagesRequest")
 COUNT = Schema(COMPONENTS, "AnthropicCountTokensRequest")
@@ -175,28 +177,46 @@ def _options(data: dict, **sampling: Any) -> tuple[ChatOptions, tuple[str, ...],
     tools, left_out = _tools(data)
     choice, parallel = _tool_choice(data, tools)
     thinking = data.get("thinking") or {"type": "disabled"}
-    options = ChatOptions(thinking=thinking["type"] != "disabled", tools=tools, tool_choice=choice,
+    on, budget, from_server = _thinking(thinking, (data.get("output_config") or {}).get("effort"))
+    options = ChatOptions(thinking=on, thinking_budget=budget, tools=tools, tool_choice=choice,
                           parallel_tool_calls=parallel, response_format=_format(data), **sampling)
-    return options, left_out, thinking.get("display") != "omitted"
+    return options, left_out, thinking.get("display") != "omitted", from_server
+
+
+def _thinking(thinking: dict, effort: str | None) -> tuple[bool, int | None, str]:
+    """(on, budget, what the server's default gives) of `thinking`: enabled with its
+    `budget_tokens` (0: off), adaptive with `output_config.effort`'s budget (the effort table
+    of server/thinking.py) or the server's default budget, disabled (or none given) off."""
+    kind = thinking["type"]
+    if kind == "disabled":
+        return False, None, ""
+    if kind == "enabled" and thinking.get("budget_tokens") is not None:
+        n = int(thinking["budget_tokens"])
+        return n > 0, n or None, ""
+    if effort in EFFORT_BUDGETS:
+        on, n = effort_thinking(effort)
+        return on, n, ""
+    return True, None, "budget"
 
 
 def messages_request(data: dict) -> MessagesRequest:
     """A Messages request from its JSON object; ApiError (400) names the first bad field."""
     MESSAGES.check(data)
     messages = _conversation(data)
-    options, left_out, show = _options(
+    options, left_out, show, from_server = _options(
         data, max_tokens=data["max_tokens"], temperature=data.get("temperature"),
         top_p=data.get("top_p"), top_k=data.get("top_k"))
     stops = tuple(s for s in data.get("stop_sequences") or () if s)
     chat = ChatRequest(messages=messages, options=options, model=data["model"],
-                       stream=bool(data.get("stream")), stop=stops)
+                       stream=bool(data.get("stream")), stop=stops,
+                       thinking_from_server=from_server)
     return MessagesRequest(chat=chat, model=data["model"], show_thinking=show, left_out=left_out)
 
 
 def count_request(data: dict) -> MessagesRequest:
     """A count_tokens request (a Messages request without max_tokens)."""
     COUNT.check(data)
-    options, left_out, _ = _options(data)
+    options, left_out, _, _ = _options(data)
     chat = ChatRequest(messages=_conversation(data), options=options, model=data["model"])
     return MessagesRequest(chat=chat, model=data["model"], left_out=left_out)
 

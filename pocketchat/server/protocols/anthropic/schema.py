@@ -88,8 +88,9 @@ TOOL_CHOICE = {
 }
 THINKING = {
     "type": "object",
-    "description": "enabled (budget_tokens is accepted; the model's reasoning ends by itself), "
-                   "adaptive (on), disabled (off; the default). display \"omitted\": thinking "
+    "description": "enabled (the thought takes at most budget_tokens, then the answer "
+                   "follows; 0: off), adaptive (on: output_config.effort's budget, else the "
+                   "server's default), disabled (off; the default). display \"omitted\": thinking "
                    "blocks come back empty, their `signature` still carrying the thought.",
     "properties": {"type": {"enum": ["enabled", "disabled", "adaptive"]},
                    "budget_tokens": {"type": "integer", "minimum": 0},
@@ -108,7 +109,8 @@ COMMON: dict[str, Any] = {
     "thinking": ref("AnthropicThinking"),
     "output_config": {"type": "object", "properties": {"format": FORMAT},
                       "description": "`format` (json_schema) is enforced while sampling; "
-                                     "`effort` is accepted."},
+                                     "`effort` (low, medium, high, max) sets the budget of "
+                                     "adaptive thinking (as reasoning_effort's table)."},
     "output_format": FORMAT,
 }
 REQUEST = {

@@ -27,6 +27,8 @@ def usage(stats: Stats) -> dict[str, Any]:
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
         "prompt_tokens_details": {"cached_tokens": stats.reused_tokens},
+        "completion_tokens_details": {"reasoning_tokens": stats.thinking_tokens},
+        "thinking_end": stats.thinking_end,
     }
 
 

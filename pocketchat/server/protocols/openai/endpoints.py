@@ -32,7 +32,8 @@ class ChatCompletions(Endpoint):
         replies: list[Reply] = []
         async with self.host.turn() as turn:
             for index in range(request.n):
-                run = chat_run(request.messages, seeded(request.options, index))
+                options = self.thinking.options(request.options, request.thinking_from_server)
+                run = chat_run(request.messages, seeded(options, index))
                 if request.stream:
                     replies.append(await self._stream_choice(request, base, index, turn, run, out))
                 else:
@@ -93,7 +94,8 @@ class ChatCompletions(Endpoint):
                                   prompt_progress=prompt_progress(chunk.progress, chunk.stats)))
 
         reply = await answer_one(turn, run, request.stop, on_delta,
-                                 on_progress if request.return_progress else None)
+                                 on_progress if request.return_progress else None,
+                                 thinking=self.thinking, key=base["id"])
         await out.event(event({}, reply.finish_reason, timings=timings(reply.stats)))
         return reply
 

@@ -15,9 +15,11 @@ MAX_N answers, seeds seed, seed+1, ...), the sampling fields (`temperature`, `to
 results (each after the assistant turn whose calls it answers); a trailing assistant message
 is a prefill the answer continues.
 
-Thinking: on by default; off for a request with `reasoning_effort: "none"` or
-`chat_template_kwargs: {"enable_thinking": false}` (the vLLM / llama.cpp server switch); the
-other `chat_template_kwargs` reach the template (not those the server sets itself).
+Thinking: on by default (with `serve --think`'s budget); off for a request with
+`reasoning_effort: "none"` or `chat_template_kwargs: {"enable_thinking": false}` (the vLLM /
+llama.cpp server switch); `thinking_budget_tokens` (llama.cpp's name) and the other
+`reasoning_effort` levels set its budget (server/thinking.py); the other
+`chat_template_kwargs` reach the template (not those the server sets itself).
 
 The schema checks types, ranges, required fields and reserved keys; this module what a schema
 cannot say (the order of messages, a tool_choice naming one of the tools, two tools of one
@@ -33,6 +35,7 @@ from pocketchat.engines.types import ChatOptions, Message, ToolCall
 from pocketchat.server.protocols.openai.schema import COMPLETION_MAX_TOKENS, COMPONENTS, MAX_N
 from pocketchat.server.protocols.validate import Schema, bad, parse_json
 from pocketchat.server.request import ChatRequest, CompletionRequest, Prompt
+from pocketchat.server.thinking import effort_thinking
 
 CHAT = Schema(COMPONENTS, "ChatCompletionRequest")
 COMPLETION = Schema(COMPONENTS, "CompletionRequest")
@@ -209,12 +212,22 @@ def _sampling(data: dict) -> dict[str, Any]:
     )
 
 
-def _thinking(data: dict) -> tuple[bool, dict | None]:
-    """(thinking, the other chat_template_kwargs) of a request."""
+def _thinking(data: dict) -> tuple[bool, int | None, str, dict | None]:
+    """(thinking, its budget, what the server's default gives: "all" when the request said
+    nothing of thinking, "budget" when it turned it on without a budget, "" when it said
+    all; the other chat_template_kwargs) of a request. `enable_thinking: false` wins, then
+    `thinking_budget_tokens` (0: off), then `reasoning_effort` (server/thinking.py's table)."""
     kwargs = dict(data.get("chat_template_kwargs") or {})
     switch = kwargs.pop("enable_thinking", None)
-    thinking = switch if switch is not None else data.get("reasoning_effort") != "none"
-    return thinking, kwargs or None
+    budget, effort = data.get("thinking_budget_tokens"), data.get("reasoning_effort")
+    if switch is False:
+        return False, None, "", kwargs or None
+    if budget is not None:
+        return budget > 0, int(budget) or None, "", kwargs or None
+    if effort is not None:
+        on, n = effort_thinking(effort)
+        return on, n, "", kwargs or None
+    return True, None, "budget" if switch else "all", kwargs or None
 
 
 def _streaming(data: dict) -> tuple[bool, bool]:
@@ -231,11 +244,12 @@ def chat_request(data: dict) -> ChatRequest:
     if top is not None and not logprobs:
         raise bad("'top_logprobs' needs 'logprobs': true", "top_logprobs", "invalid_value")
     tools = parse_tools(data.get("tools"))
-    thinking, template_kwargs = _thinking(data)
+    thinking, budget, from_server, template_kwargs = _thinking(data)
     stream, include_usage = _streaming(data)
     parallel = data.get("parallel_tool_calls")
     options = ChatOptions(
-        **_sampling(data), thinking=thinking, logprobs=(top or 0) if logprobs else None,
+        **_sampling(data), thinking=thinking, thinking_budget=budget,
+        logprobs=(top or 0) if logprobs else None,
         tools=tools, tool_choice=parse_tool_choice(data.get("tool_choice"), tools),
         parallel_tool_calls=True if parallel is None else parallel,
         response_format=parse_response_format(data.get("response_format")),
@@ -244,7 +258,8 @@ def chat_request(data: dict) -> ChatRequest:
     return ChatRequest(messages=messages, options=options, model=data.get("model") or None,
                        stream=stream, include_usage=include_usage, stop=_stops(data),
                        n=_int(data, "n") or 1, logprobs=logprobs,
-                       return_progress=stream and bool(data.get("return_progress")))
+                       return_progress=stream and bool(data.get("return_progress")),
+                       thinking_from_server=from_server)
 
 
 def parse_chat_request(body: bytes) -> ChatRequest:
@@ -363,4 +378,6 @@ def options_fields(options: Any, *, chat: bool = True) -> dict[str, Any]:
                                       if isinstance(kwargs, Mapping) else
                                       kwargs if kwargs is not None
                                       else {"enable_thinking": options.thinking}))
+    if options.thinking and options.thinking_budget is not None:
+        data["thinking_budget_tokens"] = options.thinking_budget
     return data

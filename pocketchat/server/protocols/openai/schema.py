@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pocketchat.server.thinking import EFFORT_BUDGETS, EFFORTS
+
 MAX_STOPS = 4
 MAX_N = 16
 MAX_TOP_LOGPROBS = 20
@@ -230,7 +232,14 @@ CHAT_REQUEST = {
         "tool_choice": TOOL_CHOICE,
         "parallel_tool_calls": _nullable("boolean"),
         "response_format": ref("ResponseFormat"),
-        "reasoning_effort": _nullable("string", description="\"none\" turns thinking off."),
+        "reasoning_effort": {"enum": [*EFFORTS, None], "description": (
+            "How long the model may think: " + ", ".join(
+                f"{k}: {'off' if not on else 'no budget' if n is None else f'{n} tokens'}"
+                for k, (on, n) in EFFORT_BUDGETS.items()) + ".")},
+        "thinking_budget_tokens": _nullable(
+            "integer", minimum=0, maximum=1_000_000,
+            description="The most tokens the thought may take, then the answer follows (0: "
+                        "no thinking); wins over reasoning_effort."),
         "chat_template_kwargs": _nullable("object", properties={
             "enable_thinking": _nullable("boolean")},
             propertyNames={"not": {"enum": list(RESERVED_TEMPLATE_KEYS)},
@@ -284,7 +293,12 @@ TOP_LOGPROB = {"type": "object", "required": ["token", "logprob", "bytes"], "pro
 USAGE = {"type": "object", "required": ["prompt_tokens", "completion_tokens", "total_tokens"],
          "properties": {"prompt_tokens": _INT, "completion_tokens": _INT, "total_tokens": _INT,
                         "prompt_tokens_details": {"type": "object", "properties": {
-                            "cached_tokens": _INT}}}}
+                            "cached_tokens": _INT}},
+                        "completion_tokens_details": {"type": "object", "properties": {
+                            "reasoning_tokens": _INT}},
+                        "thinking_end": {"enum": ["", "model", "budget", "user"],
+                                         "description": "How the thought ended: by itself, at "
+                                                        "its budget, or ended by the client."}}}
 TOOL_CALL_OUT = {"type": "object", "required": ["id", "type", "function"], "properties": {
     "id": _STR, "type": {"const": "function"},
     "function": {"type": "object", "required": ["name", "arguments"],

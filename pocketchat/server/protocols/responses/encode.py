@@ -28,12 +28,13 @@ def error_event(exc: ApiError) -> Event:
                      "param": body["param"]}
 
 
-def usage(stats: Stats, reasoning_tokens: int = 0) -> dict[str, Any]:
-    """`input_tokens` the whole prompt, `cached_tokens` the part reused from the cache."""
+def usage(stats: Stats) -> dict[str, Any]:
+    """`input_tokens` the whole prompt, `cached_tokens` the part reused from the cache,
+    `reasoning_tokens` the thought's (the engine's count)."""
     prompt = stats.prompt_length or stats.prompt_tokens
     out = int(stats.generated_tokens)
     return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": stats.reused_tokens},
-            "output_tokens": out, "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
+            "output_tokens": out, "output_tokens_details": {"reasoning_tokens": stats.thinking_tokens},
             "total_tokens": prompt + out}
 
 

@@ -70,8 +70,10 @@ class Responses(Endpoint):
             await out.comment("reading the prompt")
 
         async with self.host.turn() as turn:
-            reply = await answer_one(turn, chat_run(chat.messages, chat.options), (), on_delta,
-                                     on_progress if chat.stream else None)
+            options = self.thinking.options(chat.options, chat.thinking_from_server)
+            reply = await answer_one(turn, chat_run(chat.messages, options), (), on_delta,
+                                     on_progress if chat.stream else None,
+                                     thinking=self.thinking, key=rid)
         if chat.stream:
             await begin()
             whole = body([], reply)

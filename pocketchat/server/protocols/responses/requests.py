@@ -8,7 +8,8 @@
   (the thought sealed in its `encrypted_content`, else its `reasoning_text`, as the next
   assistant turn's reasoning); items of other types (a hosted tool's call) are left out.
 - `previous_response_id`: the stored response's input and output come first.
-- `reasoning.effort` "none" or "minimal" turns thinking off; any other value, or none, on.
+- `reasoning.effort`: "none" turns thinking off, the others give its budget (the effort
+  table of server/thinking.py); none given: the server's default (`serve --think`).
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ from pocketchat.server.protocols.responses.schema import COMPONENTS
 from pocketchat.server.protocols.sealed import unseal
 from pocketchat.server.protocols.validate import Schema, bad
 from pocketchat.server.request import ChatRequest
+from pocketchat.server.thinking import effort_thinking
 
 REQUEST = Schema(COMPONENTS, "ResponsesRequest")
 TEXT_PARTS = ("input_text", "output_text", "text", "refusal", "summary_text", "reasoning_text")
 ENCRYPTED = "reasoning.encrypted_content"
-OFF_EFFORTS = ("none", "minimal")
 
 
 @dataclass(frozen=True)
@@ -167,15 +168,17 @@ def responses_request(data: dict, earlier: tuple[dict, ...] = ()) -> ResponsesRe
                             lambda i: f"input[{i - offset}]" if i >= offset else "previous_response_id")
     tools, ignored = _tools(data)
     effort = (data.get("reasoning") or {}).get("effort")
+    thinking, budget = effort_thinking(effort) if effort is not None else (True, None)
     parallel = data.get("parallel_tool_calls")
     options = ChatOptions(
         max_tokens=data.get("max_output_tokens"), temperature=data.get("temperature"),
-        top_p=data.get("top_p"), thinking=effort not in OFF_EFFORTS, tools=tools,
+        top_p=data.get("top_p"), thinking=thinking, thinking_budget=budget, tools=tools,
         tool_choice=_tool_choice(data.get("tool_choice"), tools),
         parallel_tool_calls=True if parallel is None else parallel,
         response_format=_format(data))
     chat = ChatRequest(messages=messages, options=options, model=data.get("model"),
-                       stream=bool(data.get("stream")))
+                       stream=bool(data.get("stream")),
+                       thinking_from_server="all" if effort is None else "")
     return ResponsesRequest(chat=chat, data=data, items=items,
                             store=data.get("store") is not False,
                             include_encrypted=ENCRYPTED in (data.get("include") or ()),

@@ -4,7 +4,7 @@ validated against, and the responses, as published in `/openapi.json`.
 Used: `input` (text or items: messages of any role with text parts, `function_call`,
 `function_call_output`, `reasoning` with the `encrypted_content` this server gave),
 `instructions`, function `tools` (`strict` accepted: calls are always enforced), `tool_choice`,
-`parallel_tool_calls`, `reasoning.effort` (`none`/`minimal` turn thinking off), `text.format`
+`parallel_tool_calls`, `reasoning.effort` (`none` turns thinking off, the others set its budget), `text.format`
 (`json_schema`, `json_object`), `max_output_tokens`, the sampling fields, `store` and
 `previous_response_id`, `include` (`reasoning.encrypted_content`), `stream`. Accepted and
 without effect: `prompt_cache_key`, `metadata`, `client_metadata`, `user`, `safety_identifier`,
@@ -16,6 +16,8 @@ lists them in `ignored_tools`. Other input item types (a hosted tool's call) are
 from __future__ import annotations
 
 from typing import Any
+
+from pocketchat.server.thinking import EFFORTS
 
 from pocketchat.server.protocols.openai.schema import FUNCTION_NAME
 
@@ -101,7 +103,7 @@ REQUEST = {
         "previous_response_id": {"type": ["string", "null"]},
         "include": {"type": ["array", "null"], "items": {"type": "string"}},
         "reasoning": {"type": ["object", "null"], "properties": {
-            "effort": {"enum": ["none", "minimal", "low", "medium", "high", "xhigh", None]},
+            "effort": {"enum": [*EFFORTS, None]},
             "summary": {"type": ["string", "null"]}}},
         "text": {"type": ["object", "null"], "properties": {"format": ref("ResponsesFormat")}},
         "prompt_cache_key": {"type": ["string", "null"]},
