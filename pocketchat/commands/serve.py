@@ -19,7 +19,7 @@ from pocketchat.errors import PocketchatError, UsageError
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    from pocketchat.commands.selection import add_selection_args
+    from pocketchat.commands.selection import add_prompt_cache_disk_arg, add_selection_args
 
     add_selection_args(p)
     p.description = ("Serve the chosen model as an OpenAI-compatible API: point a client at "
@@ -38,6 +38,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="RAM for the states of recent conversations, so clients that take "
                         "turns do not re-read their whole conversation (0: off; default: a "
                         "share of the memory the model leaves free, shown by /health)")
+    add_prompt_cache_disk_arg(p)
     p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
                    help="let web pages from ORIGIN (e.g. https://app.example.com; '*' for any) "
                         "call the server from a browser; pages on this machine (localhost) "
