@@ -175,6 +175,9 @@ class PromptCache:
             return False
         key = tuple(tokens)
         disk = self._disk() if hasattr(ops, "seq_payload") else None
+        old = tuple(supersedes or ())
+        if not (old and len(old) < len(key) and key[: len(old)] == old):
+            old = ()
         kept = self.touch(key)
         on_disk = disk is None or disk.has(key)
         if disk is not None and on_disk:
@@ -192,21 +195,19 @@ class PromptCache:
                 state, nbytes = ops.save_seq()
                 kept = self.put(key, state, nbytes, shared=shared)
             if not on_disk:
+                if old:
+                    disk.drop(old)  # type: ignore[union-attr]  # its place in the queue too
                 kept = disk.put(key, ops.seq_payload(state), shared=shared,  # type: ignore[union-attr]
                                 fmt=state_format(ops)) or kept
         except Exception:  # noqa: BLE001 - a cache: a copy that fails costs time, not the answer
             return kept
-        if not kept:
-            return False
-        old = tuple(supersedes or ())
-        if old and len(old) < len(key) and key[: len(old)] == old:
+        if kept and old:
             with self._lock:
-                entry = self._entries.get(old)
-                if entry is not None and not entry.shared:
+                if old in self._entries and not self._entries[old].shared:
                     self._drop(old)
             if disk is not None:
                 disk.drop(old)
-        return True
+        return kept
 
     def prepare(self, live: PrefixCache, prompt: Sequence[int], *, leave: int = 1,
                 at_boundary: bool = False) -> Entry | None:

@@ -6,15 +6,17 @@ parks (the long shared system-and-tools prefix first) to files under the cache f
 once per server start. One folder per model identity: the `saved_state.state_key` of the
 model file (path, size, modification time), backend, context size and KV cache type. A file:
 
-    MAGIC | u32 header length | header (JSON: key, format, tokens, payload, crc32, shared)
-          | the tokens (int32, little-endian) | the backend's payload (`SeqOps.seq_payload`)
+    MAGIC | u32 header length | header (JSON: key, format, tokens, payload, shared, the CRC-32
+          of the tokens, that of tokens and payload) | the tokens (int32, little-endian)
+          | the backend's payload (`SeqOps.seq_payload`)
 
 - written atomically (a temporary file in the same folder, then a rename) by one background
   thread, so a park costs the request no disk time; states waiting to be written are few
   (`MAX_PENDING`), shared prefixes before conversations;
-- a file is loaded only when its header names this model's key and the backend's state
-  format (`SeqOps.seq_format`), its length is what the header says and the CRC-32 of its tokens
-  and payload matches; any other file in the folder (truncated, bytes flipped, another model's
+- a file is indexed only when its header names this model's key, its length is what the
+  header says and its tokens' CRC-32 matches (read at start: headers and tokens only), and
+  loaded only when its header names the backend's state format (`SeqOps.seq_format`) and
+  the CRC-32 of its tokens and payload matches; any other file in the folder (truncated, bytes flipped, another model's
   or another llama.cpp's) is removed, never loaded;
 - the budget covers every model's folder: the least recently used files (modification time:
   a hit touches it) go first; a state larger than the budget is never written, and no write
@@ -146,7 +148,8 @@ class DiskTier:
                     return None
                 raw = f.read(4 * n)
                 offset = _HEAD.size + hlen + 4 * n
-                if len(raw) != 4 * n or os.fstat(f.fileno()).st_size != offset + payload:
+                if (len(raw) != 4 * n or zlib.crc32(raw) != int(meta["tokens_crc32"])
+                        or os.fstat(f.fileno()).st_size != offset + payload):
                     return None
                 meta["_raw"] = raw
                 return meta, tuple(struct.unpack(f"<{n}i", raw)), offset
@@ -323,6 +326,7 @@ class DiskTier:
         raw = struct.pack(f"<{len(tokens)}i", *tokens)
         meta = json.dumps({"key": self.key, "format": fmt, "tokens": len(tokens),
                            "payload": len(view), "shared": shared,
+                           "tokens_crc32": zlib.crc32(raw),
                            "crc32": zlib.crc32(view, zlib.crc32(raw))}).encode()
         size = _HEAD.size + len(meta) + len(raw) + len(view)
         if size > self.budget or not self._make_room(size):
