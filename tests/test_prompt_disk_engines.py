@@ -139,3 +139,34 @@ def test_the_budget_is_honoured(qwen35):
         assert got["status"]["disk"]["used"] <= budget and len(folder_files()) == 1
     last = lifetime(qwen35, disk=budget, system="Prompt number 2. " + SYSTEM)
     assert last["reused"] > 256  # the newest stayed
+
+
+def test_mlx_states_go_through_mlx_lms_prompt_cache_file():
+    """MLX (its tiny llama, in this process: new engine objects): the state written as mlx-lm's
+    prompt-cache file is read back by a new engine, which evaluates only the user message."""
+    pytest.importorskip("mlx_lm")
+    from support.mlx_fixture import shared_model
+    from support.prompt_disk_run import wire
+    from pocketchat.engines.mlx.engine import MlxEngine
+    from pocketchat.engines.types import ChatOptions, Message
+    from pocketchat.types import LoadPlan
+
+    plan = LoadPlan(backend="mlx", placement="cpu", n_gpu_layers=0, n_ctx=4096, n_threads=1,
+                    n_threads_batch=1, prompt_cache_bytes=DISK, prompt_cache_disk_bytes=DISK)
+    options = ChatOptions(temperature=0, max_tokens=6, ignore_eos=True, thinking=False)
+    runs = []
+    for _ in range(2):
+        engine = MlxEngine(plan, shared_model(), name="tiny-llama")
+        wire(engine)
+        try:
+            chunks = list(engine.chat([Message("system", SYSTEM), Message("user", USER)], options))
+        finally:
+            engine.close()
+        assert chunks[-1].error is None
+        runs.append(("".join(c.text for c in chunks), chunks[-1].stats,
+                     engine.prompt_cache.status()["disk"]))
+    (cold, cold_stats, cold_disk), (warm, warm_stats, warm_disk) = runs
+    assert cold_stats.reused_tokens == 0 and cold_disk["writes"] == 1
+    assert warm == cold and warm_disk["hits"] == 1 and warm_stats.reused_tokens > 256
+    assert warm_stats.evaluated_tokens == warm_stats.prompt_length - warm_stats.reused_tokens
+    assert warm_stats.evaluated_tokens <= len(USER.encode()) + SLACK
