@@ -119,10 +119,19 @@ def test_a_parked_state_is_restored_by_a_new_cache_after_a_restart(tmp_path):
     assert pc.status()["disk"]["hits"] == 1 and pc.status()["hits"] == 1
 
 
-def test_the_disk_alone_works_with_no_ram_budget(tmp_path):
-    park_shared(tmp_path, ram=0)
+def test_a_state_too_large_for_ram_still_goes_to_disk(tmp_path):
+    park_shared(tmp_path, ram=1)
+    pc, live, seq = engine(tmp_path, ram=1)
+    assert ask(pc, live, seq, SYSTEM + [2]) == len(SYSTEM) and pc.status()["entries"] == 0
+
+
+def test_ram_budget_zero_turns_both_tiers_off(tmp_path):
     pc, live, seq = engine(tmp_path, ram=0)
-    assert pc.enabled and ask(pc, live, seq, SYSTEM + [2]) == len(SYSTEM)
+    ask(pc, live, seq, SYSTEM + [1])
+    seq.held = list(SYSTEM)
+    assert not pc.enabled and not pc.park(seq, SYSTEM, shared=True)
+    pc.clear()
+    assert files(tmp_path) == [] and pc.status()["disk"]["writes"] == 0
 
 
 def flip(path: Path, where: int) -> None:
@@ -201,7 +210,7 @@ def test_no_write_leaves_the_disk_nearly_full(tmp_path):
 def write(root: Path, key, budget: int, prefix: list[int], mtime: float) -> None:
     """Park `prefix` through a cache over `root` (RAM off) and date its file `mtime`."""
     seq = BytesSeq()
-    pc = PromptCache(0, min_shared=4, disk=DiskTier(root, key, budget))
+    pc = PromptCache(1, min_shared=4, disk=DiskTier(root, key, budget))  # RAM: no room
     seq.held = list(prefix)
     assert pc.park(seq, prefix, shared=True)
     pc.clear()
@@ -232,7 +241,7 @@ def test_a_hit_keeps_a_file_from_being_the_oldest(tmp_path):
     prefixes = [[p] + SYSTEM for p in range(3)]
     write(tmp_path, KEY, budget, prefixes[0], 1000)
     write(tmp_path, KEY, budget, prefixes[1], 1001)
-    pc, live, seq = engine(tmp_path, disk=budget, ram=0)
+    pc, live, seq = engine(tmp_path, disk=budget, ram=1)
     assert ask(pc, live, seq, prefixes[0] + [5]) == len(prefixes[0])  # now the newest
     write(tmp_path, KEY, budget, prefixes[2], time.time())
     tier = DiskTier(tmp_path, KEY, budget)
@@ -241,7 +250,7 @@ def test_a_hit_keeps_a_file_from_being_the_oldest(tmp_path):
 
 
 def test_a_conversation_parked_further_on_replaces_its_file_and_the_shared_prefix_stays(tmp_path):
-    pc, live, seq = engine(tmp_path, ram=0)
+    pc, live, seq = engine(tmp_path, ram=1)
     ask(pc, live, seq, SYSTEM + [1])
     seq.held, live.tokens = list(SYSTEM), list(SYSTEM)
     pc.park(seq, SYSTEM, shared=True)

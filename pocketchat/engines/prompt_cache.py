@@ -20,7 +20,8 @@ the only way back to a point without re-reading it), keyed by their exact token 
   the budget is never kept, so the bytes held never exceed the budget. Budget 0: off;
 - with a disk tier (`prompt_disk.DiskTier`, the plan's `prompt_cache_disk_bytes`), every state
   parked is also written to a file (shared prefixes first), and a prompt that continues a state
-  on disk longer than what RAM gives is restored from it, after a restart too.
+  on disk longer than what RAM gives is restored from it, after a restart too (a state too
+  large for the RAM budget may still go to disk; RAM budget 0 turns both off).
 
 Pure bookkeeping over a small protocol (`SeqOps`), like `PrefixCache` over `StateOps`: the
 caller passes the operations of the sequence it parks from or restores into, so several
@@ -89,7 +90,9 @@ class PromptCache:
 
     @property
     def enabled(self) -> bool:
-        return self.budget > 0 or self._disk() is not None
+        """On with a RAM budget (budget 0 turns both tiers off; a state larger than the RAM
+        budget may still go to disk)."""
+        return self.budget > 0
 
     def attach_disk(self, disk: DiskTier | None) -> None:
         """Add the disk tier (the engine's `_prompt_cache` passes it as `disk=`)."""
