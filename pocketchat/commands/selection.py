@@ -120,7 +120,7 @@ class _ProbeLine:
 
 DISK_HELP = ("disk for the model states of long prompts (an agent's system prompt and tools, "
              "recent conversations), so they are read once per machine, not once per start: "
-             "each state is written once, about 20 KB per token of prompt for POCKET (a "
+             "each state is written once, for POCKET ~63 MB plus ~20 KB per prompt token (a "
              "12,000-token agent prompt: ~300 MB), under the cache folder; 0: off, nothing is "
              "written (serve's --prompt-cache-mb 0 turns both off) (default: 5%% of the free disk, at most 8 GB, none under 8 GB free; "
              "shown by /health)")
