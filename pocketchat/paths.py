@@ -2,7 +2,8 @@
 
 Variables:
   POCKETCHAT_DATA_DIR    conversations (default: platformdirs user data dir)
-  POCKETCHAT_CACHE_DIR   probe caches such as the bandwidth figure (default: user cache dir)
+  POCKETCHAT_CACHE_DIR   probe caches such as the bandwidth figure, and the prompt cache's
+                         states on disk (default: user cache dir)
   POCKETCHAT_DEBUG       1 = show tracebacks
   POCKETCHAT_OFFLINE     1 = never touch the network (same as --offline; HF_HUB_OFFLINE too)
   POCKETCHAT_API_KEY     the key `pocketchat serve` requires (same as --api-key)
@@ -44,6 +45,11 @@ class Settings:
     @property
     def screenshots_dir(self) -> Path:
         return self.data_dir / "screenshots"
+
+    @property
+    def prompt_cache_dir(self) -> Path:
+        """The prompt cache's disk tier (engines/prompt_disk.py): one folder per model."""
+        return self.cache_dir / "prompt-cache"
 
     @property
     def bandwidth_cache(self) -> Path:

@@ -173,6 +173,12 @@ def checkpoint_bytes(recurrent_state_bytes: int, count: int = MAX_CHECKPOINTS) -
 # llama.cpp's server's host cache); `serve --prompt-cache-mb` sets it, 0 turns it off.
 PROMPT_CACHE_SHARE = 0.25
 MAX_PROMPT_CACHE_BYTES = 8 * GiB
+# Its disk tier (`engines/prompt_disk.py`): by default this share of the free disk, at most
+# MAX_PROMPT_CACHE_DISK_BYTES, none when less than MIN_FREE_DISK_BYTES is free;
+# `--prompt-cache-disk-mb` sets it, 0 turns it off.
+PROMPT_CACHE_DISK_SHARE = 0.05
+MAX_PROMPT_CACHE_DISK_BYTES = 8 * GiB
+MIN_FREE_DISK_BYTES = 8 * GiB
 
 
 @dataclass(frozen=True)
@@ -199,6 +205,7 @@ class LoadPlan:
     # while it pays here (engines/draft/policy.py), "ngram" drafts always, "off" never.
     draft: str = "off"
     draft_depth: int = 4  # the most drafted tokens a step verifies (recurrent snapshots kept)
+    prompt_cache_disk_bytes: int = 0  # the same states on disk, across restarts (0: off)
     sampling: Sampling = field(default_factory=Sampling)
     notes: tuple[str, ...] = ()  # what the plan changed from the request, for the user
     # Pooling over llama.cpp's RPC backend: each helper's HOST:PORT and the transformer

@@ -33,6 +33,7 @@ class Selection:
     yes: bool = False
     rpc: tuple[str, ...] = ()  # helpers (HOST:PORT) to pool with over llama.cpp's RPC backend
     draft: str | None = None  # --draft auto|off|ngram (None: the plan's default)
+    prompt_cache_disk_mb: int | None = None  # the prompt cache's disk tier (0: off)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "Selection":
@@ -52,17 +53,24 @@ class Selection:
         from pocketchat.select.fit import check_request
 
         check_request(lang=self.lang, n_ctx=self.ctx, threads=self.threads)
+        if self.prompt_cache_disk_mb is not None and self.prompt_cache_disk_mb < 0:
+            raise UsageError(f"--prompt-cache-disk-mb must be 0 or more, got "
+                             f"{self.prompt_cache_disk_mb}",
+                             hint="Give the megabytes of disk for prompt states; 0 turns it off.")
         if self.backend not in (None, "llama.cpp", "mlx"):
             raise UsageError(f"unknown --backend {self.backend!r}", hint="Use --backend llama.cpp or mlx.")
         return self
 
     def applied(self, plan: LoadPlan) -> LoadPlan:
         """`plan` with what the user fixed beyond the planner's choice: `--threads N` pins
-        the count (the engine does not adapt it to a busy machine)."""
+        the count (the engine does not adapt it to a busy machine); `--prompt-cache-disk-mb`
+        sets the disk tier's budget."""
         if self.threads is not None and not plan.threads_pinned:
             plan = replace(plan, threads_pinned=True)
         if self.draft is not None and self.draft != plan.draft:
             plan = replace(plan, draft=self.draft)
+        if self.prompt_cache_disk_mb is not None:
+            plan = replace(plan, prompt_cache_disk_bytes=self.prompt_cache_disk_mb * 1024**2)
         return plan
 
     def with_model(self, model: str) -> "Selection":
@@ -111,6 +119,19 @@ class _ProbeLine:
         if self.tty and self.width:
             self.stream.write("\r" + " " * self.width + "\r")
             self.stream.flush()
+
+
+DISK_HELP = ("disk for the model states of long prompts (an agent's system prompt and tools, "
+             "recent conversations), so they are read once per machine, not once per start: "
+             "each state is written once, for POCKET ~63 MB plus ~20 KB per prompt token (a "
+             "12,000-token agent prompt: ~300 MB), under the cache folder; 0: off, nothing is "
+             "written (serve's --prompt-cache-mb 0 turns both off) (default: 5%% of the free disk, at most 8 GB, none under 8 GB free; "
+             "shown by /health)")
+
+
+def add_prompt_cache_disk_arg(p: argparse.ArgumentParser) -> None:
+    """`--prompt-cache-disk-mb` (the chat and `serve`)."""
+    p.add_argument("--prompt-cache-disk-mb", type=int, default=None, metavar="N", help=DISK_HELP)
 
 
 def add_selection_args(p: argparse.ArgumentParser, *, model: bool = True) -> None:

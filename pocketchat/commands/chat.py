@@ -16,7 +16,7 @@ from typing import Any, Callable
 from pocketchat import conversations
 from pocketchat.commands import oneshot
 from pocketchat.choose.model import STARTER, ModelChoice
-from pocketchat.choose.selection import Selection
+from pocketchat.choose.selection import Selection, add_prompt_cache_disk_arg
 from pocketchat.commands.think import add_think_args, resolve, think_of
 from pocketchat.errors import OfflineError, UsageError
 from pocketchat.engines.types import ChatOptions, Engine
@@ -33,6 +33,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "a terminal: echo QUESTION | pocketchat)")
     p.add_argument("--show-thinking", dest="show_thinking", action="store_true",
                    help="with -p or a pipe: write the model's thinking to stderr (default: dropped)")
+    add_prompt_cache_disk_arg(p)
     p.add_argument("--bench-tokens", type=int, metavar="N", help=argparse.SUPPRESS)
     p.add_argument("--ui-nice", type=int, default=0, metavar="N", help=argparse.SUPPRESS)
     # the UI's threads this much nicer than the engine's worker (benchmarks/bench_ui.py)

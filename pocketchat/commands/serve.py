@@ -19,7 +19,7 @@ from pocketchat.errors import PocketchatError, UsageError
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    from pocketchat.choose.selection import add_selection_args
+    from pocketchat.choose.selection import add_prompt_cache_disk_arg, add_selection_args
 
     add_selection_args(p)
     p.description = ("Serve the chosen model as an OpenAI-compatible API: point a client at "
@@ -42,6 +42,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
     add_think_args(p, default_help="on: this machine's default budget; for requests that "
                                    "say nothing of thinking")
+    add_prompt_cache_disk_arg(p)
     p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
                    help="let web pages from ORIGIN (e.g. https://app.example.com; '*' for any) "
                         "call the server from a browser; pages on this machine (localhost) "

@@ -17,7 +17,11 @@ the only way back to a point without re-reading it), keyed by their exact token 
   live state (or one of its checkpoints) gives; the parked copy stays (a cancelled answer loses
   nothing) and is dropped when the state that came from it is parked again further on;
 - entries are bounded in bytes (`budget`): least recently used go first; a state larger than
-  the budget is never kept, so the bytes held never exceed the budget. Budget 0: off.
+  the budget is never kept, so the bytes held never exceed the budget. Budget 0: off;
+- with a disk tier (`prompt_disk.DiskTier`, the plan's `prompt_cache_disk_bytes`), every state
+  parked is also written to a file (shared prefixes first), and a prompt that continues a state
+  on disk longer than what RAM gives is restored from it, after a restart too (a state too
+  large for the RAM budget may still go to disk; RAM budget 0 turns both off).
 
 Pure bookkeeping over a small protocol (`SeqOps`), like `PrefixCache` over `StateOps`: the
 caller passes the operations of the sequence it parks from or restores into, so several
@@ -32,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
 from pocketchat.engines.prefix_cache import PrefixCache, common_prefix, plan_reuse
+from pocketchat.engines.prompt_disk import DiskTier, off_status, state_format
 
 MIN_SHARED_TOKENS = 256  # a first system message this long is parked once and shared
 
@@ -48,6 +53,16 @@ class SeqOps(Protocol):
     def load_seq(self, state: Any) -> bool:
         """Replace the sequence's state by the copy `state`; False when it did not load."""
 
+    # for the disk tier (optional: without them a backend's states stay in RAM)
+    def seq_format(self) -> str:
+        """What a state's bytes depend on beyond the model (the backend and its version)."""
+
+    def seq_payload(self, state: Any) -> Any:
+        """A copy's bytes (a buffer) as written to disk."""
+
+    def seq_from_payload(self, payload: bytearray) -> Any:
+        """A copy made from bytes `seq_payload` gave."""
+
 
 @dataclass
 class Entry:
@@ -61,8 +76,9 @@ class PromptCache:
     """Parked sequence states, least recently used first, within `budget` bytes."""
 
     def __init__(self, budget: int, *, min_shared: int = MIN_SHARED_TOKENS,
-                 note: str = "") -> None:
+                 note: str = "", disk: DiskTier | None = None) -> None:
         self.budget = max(int(budget), 0)
+        self.disk = disk  # the disk tier (None or budget 0: RAM only)
         self.min_shared = min_shared
         self.note = note  # why it is off, when it is (e.g. the backend cannot copy its state)
         self._entries: OrderedDict[tuple[int, ...], Entry] = OrderedDict()  # oldest first
@@ -74,7 +90,16 @@ class PromptCache:
 
     @property
     def enabled(self) -> bool:
+        """On with a RAM budget (budget 0 turns both tiers off; a state larger than the RAM
+        budget may still go to disk)."""
         return self.budget > 0
+
+    def attach_disk(self, disk: DiskTier | None) -> None:
+        """Add the disk tier (the engine's `_prompt_cache` passes it as `disk=`)."""
+        self.disk = disk
+
+    def _disk(self) -> DiskTier | None:
+        return self.disk if self.disk is not None and self.disk.enabled else None
 
     @property
     def nbytes(self) -> int:
@@ -132,37 +157,60 @@ class PromptCache:
             self._bytes -= entry.nbytes
 
     def clear(self) -> None:
+        """Empty the RAM tier (the engine closes); states waiting for the disk are written
+        first, and the disk tier stays for the next engine."""
         with self._lock:
             self._entries.clear()
             self._bytes = 0
             self._origin.clear()
+        if self.disk is not None:
+            self.disk.flush()
 
     # -- with a sequence --------------------------------------------------------------------
 
     def park(self, ops: SeqOps, tokens: Sequence[int], *, shared: bool = False,
              supersedes: Sequence[int] | None = None) -> bool:
-        """Copy the sequence state (which holds exactly `tokens`) into the cache; True when
-        it is kept (already there: only marked as used). `supersedes`: the entry this state
-        was restored from, dropped when it is a shorter prefix of it (the same conversation,
-        further on), unless shared."""
+        """Copy the sequence state (which holds exactly `tokens`) into the cache, and to the
+        disk tier when it has none for these tokens; True when it is kept (already there: only
+        marked as used). `supersedes`: the entry this state was restored from, dropped when it
+        is a shorter prefix of it (the same conversation, further on), unless shared."""
         if not self.enabled or not tokens:
             return False
-        if self.touch(tokens):
+        key = tuple(tokens)
+        disk = self._disk() if hasattr(ops, "seq_payload") else None
+        old = tuple(supersedes or ())
+        if not (old and len(old) < len(key) and key[: len(old)] == old):
+            old = ()
+        kept = self.touch(key)
+        on_disk = disk is None or disk.has(key)
+        if disk is not None and on_disk:
+            disk.touch(key)
+        if kept and on_disk:
             return True
         try:
-            if ops.seq_bytes() > self.budget:  # never copied only to be thrown away
-                return False
-            state, nbytes = ops.save_seq()
+            if kept:
+                with self._lock:
+                    state = self._entries[key].state
+            else:
+                room = max(self.budget, disk.budget if disk is not None else 0)
+                if ops.seq_bytes() > room:  # never copied only to be thrown away
+                    return False
+                state, nbytes = ops.save_seq()
+                kept = self.put(key, state, nbytes, shared=shared)
+            if not on_disk:
+                if old:
+                    disk.drop(old)  # type: ignore[union-attr]  # its place in the queue too
+                kept = disk.put(key, ops.seq_payload(state), shared=shared,  # type: ignore[union-attr]
+                                fmt=state_format(ops)) or kept
         except Exception:  # noqa: BLE001 - a cache: a copy that fails costs time, not the answer
-            return False
-        if not self.put(tokens, state, nbytes, shared=shared):
-            return False
-        old = tuple(supersedes or ())
-        if old and len(old) < len(tokens) and tuple(tokens[: len(old)]) == old:
+            return kept
+        if kept and old:
             with self._lock:
                 if old in self._entries and not self._entries[old].shared:
                     self._drop(old)
-        return True
+            if disk is not None:
+                disk.drop(old)
+        return kept
 
     def prepare(self, live: PrefixCache, prompt: Sequence[int], *, leave: int = 1,
                 at_boundary: bool = False) -> Entry | None:
@@ -181,6 +229,9 @@ class PromptCache:
         entry = self.find(prompt, limit=max(0, len(prompt) - leave))
         if entry is not None and len(entry.tokens) <= own:
             entry = None
+        from_disk = self._from_disk(live, prompt, max(0, len(prompt) - leave),
+                                    max(own, len(entry.tokens) if entry is not None else 0))
+        entry = from_disk or entry
         leaves = len(cached) > own or entry is not None
         if leaves and cached:
             origin = self._origin.pop(id(live), None)
@@ -193,14 +244,38 @@ class PromptCache:
         if not live.ops.load_seq(entry.state):  # type: ignore[attr-defined]
             live.reset()
             self.misses += 1
+            if from_disk is not None:  # bytes this backend does not take: never again
+                with self._lock:
+                    self._drop(from_disk.tokens)
+                self.disk.discard(from_disk.tokens)  # type: ignore[union-attr]
             return None
-        self.hits += 1
+        if from_disk is None:
+            self.hits += 1
+            if self._disk() is not None:
+                self._disk().touch(entry.tokens)  # type: ignore[union-attr]
         self.touch(entry.tokens)
         self._origin[id(live)] = entry.tokens
         live.tokens = list(entry.tokens)
         live.checkpoints = [c for c in live.checkpoints
                             if common_prefix(c.tokens, entry.tokens) == len(c.tokens)]
         return entry
+
+    def _from_disk(self, live: PrefixCache, prompt: Sequence[int], limit: int, beats: int
+                   ) -> Entry | None:
+        """The longest state on disk that is a prefix of `prompt`, at most `limit` and more
+        than `beats` tokens long, read (and kept in RAM when it fits); None without one."""
+        disk = self._disk()
+        if disk is None or not hasattr(live.ops, "seq_from_payload"):
+            return None
+        key = disk.longest(prompt, limit)
+        if key is None or len(key) <= beats:
+            return None
+        got = disk.load(key, live.ops)
+        if got is None:
+            return None
+        state, nbytes, shared = got
+        self.put(key, state, nbytes, shared=shared)
+        return Entry(key, state, nbytes, shared)
 
     @staticmethod
     def _back_to_checkpoint(live: PrefixCache) -> bool:
@@ -213,13 +288,15 @@ class PromptCache:
         return live.tokens == newest
 
     def status(self) -> dict[str, Any]:
-        """Live figures: entries, bytes, budget, hits, misses, hit rate."""
+        """Live figures of the RAM tier (entries, bytes, budget, hits, misses, hit rate) and,
+        under "disk", the disk tier's (entries, bytes, budget, hits, writes, ...)."""
         asked = self.hits + self.misses
         body: dict[str, Any] = {
             "entries": len(self._entries), "bytes": self._bytes, "budget": self.budget,
             "hits": self.hits, "misses": self.misses,
             "hit_rate": round(self.hits / asked, 3) if asked else None,
         }
+        body["disk"] = self.disk.status() if self.disk is not None else off_status()
         if self.note:
             body["note"] = self.note
         return body

@@ -21,14 +21,17 @@ from pocketchat.select.ladder import (CTX_STEPS, DEFAULT_CTX, MIN_CTX, SMALLEST_
                                       context_steps, gave_up, ladder)
 from pocketchat.select.measured import Calibration
 from pocketchat.select.place import Fit, placements, sequences_that_fit
-from pocketchat.types import (MAX_PROMPT_CACHE_BYTES, PROMPT_CACHE_SHARE, Build, Candidate,
-                              HardwareProfile, LoadPlan, Recommendation, Sampling)
+from pocketchat.types import (MAX_PROMPT_CACHE_BYTES, MAX_PROMPT_CACHE_DISK_BYTES,
+                              MIN_FREE_DISK_BYTES, PROMPT_CACHE_DISK_SHARE, PROMPT_CACHE_SHARE,
+                              Build, Candidate, HardwareProfile, LoadPlan, Recommendation,
+                              Sampling)
 
 __all__ = [
     "CTX_STEPS", "DEFAULT_CTX", "MIN_CTX", "SMALLEST_CTX", "Budget", "Choice", "Fit", "check_request",
     "choose", "choose_ctx", "choose_fit", "context_steps", "cpu_budget", "default_threads",
     "eligibility", "estimate_speed", "gpu_budget", "judge", "main_gpu", "make_plan", "placements", "plan",
-    "plan_for_file", "plan_threads", "prompt_cache_budget", "ram_reserve", "rank",
+    "plan_for_file", "plan_threads", "prompt_cache_budget", "prompt_cache_disk_budget",
+    "ram_reserve", "rank",
 ]
 
 LANGS = ("en", "ko")
@@ -102,6 +105,14 @@ def prompt_cache_budget(budget: Budget, fit: Fit) -> int:
     return int(min(max(free, 0) * PROMPT_CACHE_SHARE, MAX_PROMPT_CACHE_BYTES))
 
 
+def prompt_cache_disk_budget(free_bytes: int | None) -> int:
+    """The default budget of the prompt cache's disk tier: a share of the free disk, within a
+    cap; none when the disk is nearly full or its free space is unknown."""
+    if free_bytes is None or free_bytes < MIN_FREE_DISK_BYTES:
+        return 0
+    return int(min(free_bytes * PROMPT_CACHE_DISK_SHARE, MAX_PROMPT_CACHE_DISK_BYTES))
+
+
 def make_plan(build: Build, fit: Fit, step: Step | int, budget: Budget | HardwareProfile,
               sampling: Sampling | None = None, threads: int | None = None,
               notes: tuple[str, ...] = ()) -> LoadPlan:
@@ -123,6 +134,7 @@ def make_plan(build: Build, fit: Fit, step: Step | int, budget: Budget | Hardwar
         n_batch=step.n_batch,
         checkpoints=step.checkpoints,
         prompt_cache_bytes=prompt_cache_budget(budget, fit),
+        prompt_cache_disk_bytes=prompt_cache_disk_budget(budget.machine.disk_free_bytes),
         sampling=sampling or defaults.sampling("pocket"),
         notes=notes,
     )

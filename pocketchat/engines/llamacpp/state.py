@@ -9,7 +9,8 @@ restoring it and removing the attention KV after its position gives the state at
 When several sequences share the context, `lock` (the batcher's) keeps these calls off a
 decode running in another thread.
 A whole-sequence copy (`save_seq`/`load_seq`: KV and recurrent parts, `llama_state_seq_get_data`)
-is what the prompt cache across conversations parks (`prompt_cache.PromptCache`).
+is what the prompt cache across conversations parks (`prompt_cache.PromptCache`); its disk
+tier writes the same bytes (`seq_payload`) and makes a copy of them again (`seq_from_payload`).
 """
 
 from __future__ import annotations
@@ -95,6 +96,19 @@ class LlamaState:
                 return True
             lib.llama_memory_seq_rm(self._mem, self.seq, -1, -1)
         return False
+
+    # -- whole sequence state as bytes on disk (prompt_disk.DiskTier) -----------------------
+
+    def seq_format(self) -> str:
+        return f"llama.cpp sequence state, llama-cpp-python {getattr(self._lib, '__version__', '?')}"
+
+    @staticmethod
+    def seq_payload(state: Any) -> Any:
+        return state  # `save_seq`'s buffer: llama_state_seq_get_data's bytes
+
+    @staticmethod
+    def seq_from_payload(payload: bytearray) -> Any:
+        return (ctypes.c_uint8 * len(payload)).from_buffer(payload)  # no copy
 
     # -- whole sequence state, to a file (--continue) ---------------------------------------
 

@@ -4,7 +4,9 @@ Plain KV caches (llama-style models) are trimmed back to the shared prefix. Cach
 cannot be trimmed (the linear-attention `ArraysCache` layers of Qwen3.5 and POCKET) go
 forward only: a checkpoint is a deep copy of every layer (KV included), so it stays usable
 whatever the live cache does after it. The prompt cache across conversations parks the same
-deep copies (`save_seq`/`load_seq`).
+deep copies (`save_seq`/`load_seq`); its disk tier writes them as mlx-lm's own prompt-cache
+file (`save_prompt_cache`'s safetensors bytes, `seq_payload`) and reads them back with
+`load_prompt_cache` (`seq_from_payload`).
 
 With several sequences decoded together (`batch.MlxBatch`), a state's layers may be lent to
 the batch: the batch holds them merged with the others' while the sequence decodes. Reading
@@ -16,6 +18,8 @@ done. With one sequence there is no lender and `run` calls in place.
 from __future__ import annotations
 
 import copy
+import tempfile
+from pathlib import Path
 from typing import Any, Callable
 
 
@@ -97,6 +101,34 @@ class MlxState:
     def load_seq(self, state: Any) -> bool:
         self.layers = self._run(copy.deepcopy, state)  # the parked copy stays usable
         return True
+
+    # the disk tier (prompt_disk.DiskTier): mlx-lm's prompt-cache file as bytes
+    def seq_format(self) -> str:
+        import mlx_lm
+
+        return f"mlx-lm {getattr(mlx_lm, '__version__', '?')} prompt cache"
+
+    def seq_payload(self, state: Any) -> bytes:
+        from mlx_lm.models.cache import save_prompt_cache
+
+        def dump() -> bytes:
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "state.safetensors"
+                save_prompt_cache(str(path), state)
+                return path.read_bytes()
+
+        return self._run(dump)
+
+    def seq_from_payload(self, payload: bytearray) -> Any:
+        from mlx_lm.models.cache import load_prompt_cache
+
+        def read() -> Any:
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "state.safetensors"
+                path.write_bytes(payload)
+                return load_prompt_cache(str(path))
+
+        return self._run(read)
 
     @staticmethod
     def nbytes(layers: list[Any]) -> int:
