@@ -166,9 +166,10 @@ def _xml_function(k: int, index: int, tool: dict) -> list[str]:
                 sub.update(defs)
                 rules.append(f'{rule}: {head} {_json(sub)} "\\n</parameter>\\n"')
         alternatives.append(" ".join(parts))
-    body = " | ".join(f"({a})" for a in alternatives if a)
-    if body and not all(alternatives):
-        body = f"({body})?"
+    present = [a for a in alternatives if a]
+    body = f"({' | '.join(present)})" if present else ""
+    if present and len(present) < len(alternatives):
+        body += "?"
     return [f'f{k}: {_lit(f"<function={name}>" + chr(10))} {body} "</function>\\n"', *rules]
 
 

@@ -1,0 +1,166 @@
+"""Qwen's XML call format enforces a tool's whole parameters schema, as the JSON format does
+(issue 30, item 5): the grammar each format gets is matched by llguidance against exact call
+texts over a byte vocabulary (no model), so each keyword is checked both ways: a value that
+follows the schema is admitted in both formats, one that breaks it in neither. The same on a
+real model is tests/test_xml_schema_table.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from support.bytetok import admits, byte_tokenizer
+from pocketchat.engines.constrain.grammar import checked_grammar
+from pocketchat.engines.constrain.toolcalls import ToolCallParser
+from pocketchat.engines.constrain.xmlparams import ecma_to_rust
+from pocketchat.engines.types import ChatOptions
+from pocketchat.errors import UnsupportedRequest
+
+pytest.importorskip("llguidance")
+TOK = byte_tokenizer()
+
+
+def tool(params: dict, name: str = "t") -> dict:
+    return {"type": "function", "function": {"name": name, "parameters": params}}
+
+
+def grammar(params: dict, fmt: str) -> str:
+    return checked_grammar(ChatOptions(tools=(tool(params),), tool_choice="required",
+                                       parallel_tool_calls=False), fmt, TOK)
+
+
+def xml_call(args: dict, raw: set[str], name: str = "t") -> str:
+    body = "".join(f"<parameter={k}>\n{v if k in raw else json.dumps(v, ensure_ascii=False)}\n</parameter>\n"
+                   for k, v in args.items())
+    return f"<tool_call>\n<function={name}>\n{body}</function>\n</tool_call>"
+
+
+def json_call(args: dict, name: str = "t") -> str:
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": args}, ensure_ascii=False) + "\n</tool_call>"
+
+
+def one(schema: dict) -> dict:
+    return {"type": "object", "properties": {"p": schema}, "required": ["p"],
+            "additionalProperties": False}
+
+
+# (parameter schema, values it admits, values it refuses); string values are raw text in XML.
+STRING_CASES = [
+    ({"type": "string", "maxLength": 5}, ["", "abcde", "a\nb\"c", "ééééé"], ["abcdef", "éééééé"]),
+    ({"type": "string", "minLength": 2, "maxLength": 3}, ["ab", "abc"], ["a", "abcd"]),
+    ({"type": "string", "pattern": "^[a-z]+$"}, ["abc"], ["", "ab1", "ABC"]),
+    ({"type": "string", "pattern": "[0-9]{3}", "maxLength": 8}, ["x123y", "123"], ["12", "x12y"]),
+    ({"type": "string", "pattern": "^a|b$", "maxLength": 5}, ["ax", "xb", "ab"], ["xa", "bx"]),
+    ({"type": "string", "pattern": "^\\d{2}/\\d{2}$"}, ["12/34"], ["1234", "12/3", "١٢/٣٤"]),
+    ({"type": "string", "pattern": "^[\\w.]+$"}, ["a_b.c"], ["a b", "é"]),
+    ({"type": "string", "pattern": "^\\u00e9+$"}, ["éé"], ["e"]),
+    ({"type": "string", "enum": ["red", "dark blue"]}, ["red", "dark blue"], ["blue", "re"]),
+    ({"type": "string", "const": "on"}, ["on"], ["off"]),
+    ({"type": "string", "format": "date"}, ["2024-01-31", "1999-12-01"], ["2024-1-31", "2024-13-01", "x"]),
+    ({"type": "string", "format": "time"}, ["10:20:30Z", "23:59:59.5+02:00"], ["10:20", "25:00:00Z"]),
+    ({"type": "string", "format": "date-time"}, ["2024-01-31T10:20:30Z"], ["2024-01-31 10:20", "2024-01-31"]),
+    ({"type": "string", "format": "email"}, ["a.b@example.com"], ["a@", "@b.c", "a b@c.d"]),
+    ({"type": "string", "format": "uuid"}, ["123e4567-e89b-12d3-a456-426614174000"], ["123e4567"]),
+    ({"type": "string", "format": "ipv4"}, ["192.168.0.1"], ["256.1.1.1", "1.2.3"]),
+    ({"type": "string", "format": "ipv6"}, ["::1", "fe80::1:2", "1:2:3:4:5:6:7:8"], ["1::2::3", ":1"]),
+    ({"type": "string", "format": "hostname"}, ["example.com", "a-b.c"], ["-a.com", "a..b"]),
+    ({"type": "string", "format": "uri"}, ["https://example.com/a?b=c#d"], ["example", "a b:c"]),
+    ({"type": "string", "format": "duration"}, ["P3D", "PT1H30M", "P1W"], ["P", "3D", "PT"]),
+    ({"type": "string", "format": "email", "maxLength": 8}, ["a@b.cd"], ["abcd@e.fg"]),
+]
+OTHER_CASES = [
+    ({"type": "integer", "minimum": 1, "maximum": 7}, [1, 7], [0, 8, 1.5]),
+    ({"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 10}, [1, 9], [0, 10]),
+    ({"type": "integer", "multipleOf": 5}, [0, 15, -10], [3]),
+    ({"type": "number", "minimum": -1.5, "maximum": 2.5}, [-1.5, 0.25, 2], [-2, 3.5]),
+    ({"type": "boolean"}, [True, False], ["true", 1]),
+    ({"type": "null"}, [None], [0, "null"]),
+    ({"type": "array", "items": {"type": "string", "maxLength": 2}, "maxItems": 2},
+     [[], ["ab", "c"]], [["abc"], ["a", "b", "c"]]),
+    ({"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"],
+      "additionalProperties": False}, [{"x": 1}], [{}, {"x": 1, "y": 2}]),
+    ({"anyOf": [{"type": "string", "maxLength": 3}, {"type": "null"}]}, ["abc", None], ["abcd", 1]),
+]
+
+
+@pytest.mark.parametrize("schema,good,bad", STRING_CASES + OTHER_CASES,
+                         ids=lambda v: json.dumps(v)[:60] if isinstance(v, dict) else None)
+def test_each_keyword_is_enforced_in_both_formats(schema, good, bad):
+    params = one(schema)
+    raw = {"p"} if schema.get("type") == "string" else set()
+    xml, js = grammar(params, "xml"), grammar(params, "json")
+    for value in good:
+        assert admits(xml, xml_call({"p": value}, raw), TOK), ("xml", value)
+        assert admits(js, json_call({"p": value}), TOK), ("json", value)
+    for value in bad:
+        assert not admits(xml, xml_call({"p": value}, raw), TOK), ("xml", value)
+        assert not admits(js, json_call({"p": value}), TOK), ("json", value)
+
+
+def test_a_raw_value_never_holds_a_closing_tag_the_parser_splits_on():
+    xml = grammar(one({"type": "string"}), "xml")
+    for value in ("a</parameter>b", "a</tool_call>", "</parameter>"):
+        assert not admits(xml, xml_call({"p": value}, {"p"}), TOK), value
+    for value in ("a<parameter=q>b", "</function>", "<tool_call>", "a\n</paramete"):
+        assert admits(xml, xml_call({"p": value}, {"p"}), TOK), value
+
+
+def test_what_the_grammar_admits_parses_back_to_the_same_arguments():
+    params = {"type": "object", "$defs": {"Color": {"type": "string", "enum": ["red", "green"]}},
+              "properties": {"text": {"type": "string", "maxLength": 40},
+                             "color": {"$ref": "#/$defs/Color"},
+                             "maybe": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                             "n": {"type": "integer"}},
+              "required": ["text", "color", "maybe", "n"]}
+    args = {"text": "a\n<parameter=x>\n\"7\"", "color": "green", "maybe": "7", "n": 7}
+    text = xml_call(args, {"text", "color"})
+    assert admits(grammar(params, "xml"), text, TOK)
+    parser = ToolCallParser("xml", [tool(params)], forced=True)
+    _, calls = parser.feed(text)
+    assert [json.loads(c.arguments) for c in calls] == [args]
+
+
+def test_parameters_made_of_ref_allof_and_anyof_are_alternative_shapes():
+    params = {"$defs": {"A": {"type": "object", "properties": {"a": {"type": "string",
+                                                                     "maxLength": 2}},
+                              "required": ["a"], "additionalProperties": False},
+                        "B": {"type": "object", "properties": {"b": {"type": "integer"}},
+                              "required": ["b"], "additionalProperties": False}},
+              "anyOf": [{"$ref": "#/$defs/A"}, {"$ref": "#/$defs/B"}]}
+    xml = grammar(params, "xml")
+    assert admits(xml, xml_call({"a": "xy"}, {"a"}), TOK)
+    assert admits(xml, xml_call({"b": 3}, set()), TOK)
+    assert not admits(xml, xml_call({"a": "xyz"}, {"a"}), TOK)
+    assert not admits(xml, xml_call({"a": "x", "b": 3}, {"a"}), TOK)
+    merged = {"type": "object", "allOf": [
+        {"properties": {"x": {"type": "string", "maxLength": 1}}, "required": ["x"]},
+        {"properties": {"y": {"type": "boolean"}}, "required": ["y"]}]}
+    xml = grammar(merged, "xml")
+    assert admits(xml, xml_call({"x": "a", "y": True}, {"x"}), TOK)
+    assert not admits(xml, xml_call({"x": "a"}, {"x"}), TOK)
+    referred = {"$defs": {"P": {"type": "object", "properties": {"s": {"type": "string",
+                                                                       "pattern": "^z+$"}}}},
+                "$ref": "#/$defs/P"}
+    xml = grammar(referred, "xml")
+    assert admits(xml, xml_call({"s": "zz"}, {"s"}), TOK)
+    assert not admits(xml, xml_call({"s": "za"}, {"s"}), TOK)
+
+
+def test_what_neither_format_can_enforce_is_one_400_naming_the_part():
+    for schema in ({"type": "string", "pattern": "(?<=a)b"}, {"type": "string", "format": "color"}):
+        for fmt in ("xml", "json"):
+            with pytest.raises(UnsupportedRequest) as info:
+                grammar(one(schema), fmt)
+            assert info.value.param.startswith("tools[0].function.parameters"), info.value.param
+    with pytest.raises(UnsupportedRequest) as info:
+        grammar({"type": "array"}, "xml")
+    assert info.value.param == "tools[0].function.parameters"
+
+
+def test_ecma_patterns_are_anchored_per_branch():
+    assert ecma_to_rust("^a$") == "(?:(?:a))"
+    assert ecma_to_rust("a") == "(?:(?s:.*)(?:a)(?s:.*))"
+    assert ecma_to_rust("^a|b$") == "(?:(?:a)(?s:.*))|(?:(?s:.*)(?:b))"
+    assert ecma_to_rust("^a\\$") == "(?:(?:a\\$)(?s:.*))"
+    assert ecma_to_rust("^[\\d[]$") == "(?:(?:[0-9\\[]))"
