@@ -99,7 +99,7 @@ def test_string_keywords_are_enforced_in_the_xml_format_and_the_unenforceable_is
                                                   "pattern": "^[a-z ]+$"}},
         "required": ["text"], "additionalProperties": False}}}
     for seed in (1, 2):
-        r = client.chat.completions.create(model=model, messages=ASK, tools=[note], max_tokens=60,
+        r = client.chat.completions.create(model=model, messages=ASK, tools=[note], max_tokens=200,
                                            seed=seed, tool_choice="required",
                                            parallel_tool_calls=False, extra_body=OFF)
         assert r.choices[0].finish_reason == "tool_calls"
