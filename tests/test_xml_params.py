@@ -109,6 +109,15 @@ def test_parameters_made_of_ref_allof_and_anyof_are_alternative_shapes():
     assert not admits(xml, xml_call({"s": "za"}, {"s"}), TOK)
 
 
+def test_a_required_parameter_the_properties_leave_out_is_written_too():
+    params = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a", "b"],
+              "additionalProperties": {"type": "boolean"}}
+    xml = grammar(params, "xml")
+    assert admits(xml, xml_call({"a": 1, "b": True}, set()), TOK)
+    assert not admits(xml, xml_call({"a": 1}, set()), TOK)
+    assert not admits(xml, xml_call({"a": 1, "b": 2}, set()), TOK)
+
+
 def test_what_neither_format_can_enforce_is_one_400_naming_the_part():
     for schema in ({"type": "string", "pattern": "(?<=a)b"}, {"type": "string", "format": "color"}):
         for fmt in ("xml", "json"):

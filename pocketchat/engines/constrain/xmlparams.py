@@ -143,6 +143,10 @@ def variants(schema: Any, *, root: Any = None, where: str = "parameters",
     patterns = schema.get("patternProperties")
     props = {name: _with_patterns(name, sub, patterns) for name, sub in props.items()}
     required = frozenset(r for r in schema.get("required") or () if isinstance(r, str))
+    extra = schema.get("additionalProperties", True)
+    for name in sorted(required - set(props)):  # required but not declared: what else may be
+        if extra is not False:
+            props[name] = extra if isinstance(extra, Mapping) else {}
     shapes = [Shape(props, required)]
     for key in ("allOf",):
         for part in schema.get(key) or ():
