@@ -29,6 +29,7 @@ class City(pydantic.BaseModel):
     name: str = pydantic.Field(max_length=20)
     country: str = pydantic.Field(min_length=2, max_length=20)
     population: int = pydantic.Field(ge=0, le=10**8)
+    nickname: str | None = pydantic.Field(default=None, max_length=12)  # anyOf string, null
 
 
 class Forecast(pydantic.BaseModel):

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from support.bytetok import admits, byte_tokenizer
-from support.schematable import OTHER_CASES, STRING_CASES
+from support.schematable import NULLABLE_CASES, OTHER_CASES, STRING_CASES
 from pocketchat.engines.constrain.grammar import checked_grammar
 from pocketchat.engines.constrain.toolcalls import ToolCallParser
 from pocketchat.engines.constrain.xmlparams import ecma_to_rust
@@ -32,9 +32,13 @@ def grammar(params: dict, fmt: str) -> str:
 
 
 def xml_call(args: dict, raw: set[str], name: str = "t") -> str:
-    body = "".join(f"<parameter={k}>\n{v if k in raw else json.dumps(v, ensure_ascii=False)}\n</parameter>\n"
-                   for k, v in args.items())
+    body = "".join(f"<parameter={k}>\n{_raw(v) if k in raw else json.dumps(v, ensure_ascii=False)}"
+                   "\n</parameter>\n" for k, v in args.items())
     return f"<tool_call>\n<function={name}>\n{body}</function>\n</tool_call>"
+
+
+def _raw(value) -> str:
+    return "null" if value is None else value
 
 
 def json_call(args: dict, name: str = "t") -> str:
@@ -46,11 +50,11 @@ def one(schema: dict) -> dict:
             "additionalProperties": False}
 
 
-@pytest.mark.parametrize("schema,good,bad", STRING_CASES + OTHER_CASES,
+@pytest.mark.parametrize("schema,good,bad", STRING_CASES + OTHER_CASES + NULLABLE_CASES,
                          ids=lambda v: json.dumps(v)[:60] if isinstance(v, dict) else None)
 def test_each_keyword_is_enforced_in_both_formats(schema, good, bad):
     params = one(schema)
-    raw = {"p"} if schema.get("type") == "string" else set()
+    raw = {"p"} if schema.get("type") == "string" or (schema, good, bad) in NULLABLE_CASES else set()
     xml, js = grammar(params, "xml"), grammar(params, "json")
     for value in good:
         assert admits(xml, xml_call({"p": value}, raw), TOK), ("xml", value)
@@ -76,11 +80,15 @@ def test_what_the_grammar_admits_parses_back_to_the_same_arguments():
                              "n": {"type": "integer"}},
               "required": ["text", "color", "maybe", "n"]}
     args = {"text": "a\n<parameter=x>\n\"7\"", "color": "green", "maybe": "7", "n": 7}
-    text = xml_call(args, {"text", "color"})
+    text = xml_call(args, {"text", "color", "maybe"})
     assert admits(grammar(params, "xml"), text, TOK)
     parser = ToolCallParser("xml", [tool(params)], forced=True)
     _, calls = parser.feed(text)
     assert [json.loads(c.arguments) for c in calls] == [args]
+    nothing = {**args, "maybe": None}
+    _, calls = ToolCallParser("xml", [tool(params)], forced=True).feed(
+        xml_call(nothing, {"text", "color", "maybe"}))
+    assert [json.loads(c.arguments) for c in calls] == [nothing]
 
 
 def test_parameters_made_of_ref_allof_and_anyof_are_alternative_shapes():

@@ -17,7 +17,7 @@ import pytest
 
 from support import tinyqwen35
 from support.engine_makers import llama_plan
-from support.schematable import OTHER_CASES, STRING_CASES
+from support.schematable import NULLABLE_CASES, OTHER_CASES, STRING_CASES
 from pocketchat.engines.types import ChatOptions, Message
 
 pytestmark = pytest.mark.slow
@@ -95,7 +95,7 @@ def test_the_two_templates_teach_the_two_formats(engines):
 
 
 @pytest.mark.parametrize("fmt", ["xml", "json"])
-@pytest.mark.parametrize("schema", [case[0] for case in STRING_CASES + OTHER_CASES],
+@pytest.mark.parametrize("schema", [case[0] for case in STRING_CASES + OTHER_CASES + NULLABLE_CASES],
                          ids=lambda v: json.dumps(v)[:50])
 def test_sampled_calls_follow_the_whole_schema(engines, fmt, schema):
     params = _params(schema)

@@ -39,7 +39,13 @@ OTHER_CASES = [
      [[], ["ab", "c"]], [["abc"], ["a", "b", "c"]]),
     ({"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"],
       "additionalProperties": False}, [{"x": 1}], [{}, {"x": 1, "y": 2}]),
-    ({"anyOf": [{"type": "string", "maxLength": 3}, {"type": "null"}]}, ["abc", None], ["abcd", 1]),
 ]
 
 
+# Strings that may be null (Pydantic's Optional[str], OpenAI strict mode's optional fields):
+# raw text in XML, where the text `null` is the null.
+NULLABLE_CASES = [
+    ({"anyOf": [{"type": "string", "maxLength": 3}, {"type": "null"}], "default": None},
+     ["abc", "", None], ["abcd"]),
+    ({"type": ["string", "null"], "pattern": "^[a-z]+$"}, ["abc", None], ["ab1", ""]),
+]

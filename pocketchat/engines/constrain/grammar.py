@@ -26,7 +26,7 @@ from typing import Any, Mapping, Sequence
 from pocketchat.errors import UnsupportedRequest
 from pocketchat.engines.constrain.finite import check_finite
 from pocketchat.engines.constrain.toolcalls import CallFormat
-from pocketchat.engines.constrain.xmlparams import raw_text, raw_text_params, resolve, variants
+from pocketchat.engines.constrain.xmlparams import raw_text, raw_text_params, string_or_null, variants
 from pocketchat.engines.types import ChatOptions
 
 ANY_OBJECT: dict = {"type": "object"}
@@ -158,7 +158,10 @@ def _xml_function(k: int, index: int, tool: dict) -> list[str]:
             parts.append(rule if pname in shape.required else f"{rule}?")
             head = _lit(f"<parameter={pname}>\n")
             if pname in raw:
-                text = raw_text(resolve(pschema, schema), f"{where}.properties.{pname}")
+                string, nullable = string_or_null(pschema, schema) or ({}, False)
+                text = raw_text(string, f"{where}.properties.{pname}")
+                if nullable:  # the text `null` is the null, never the string
+                    text = f'(({text}) & ~"null") | "null"'
                 rules.append(f"{rule}: {head} {rule.upper()}")
                 rules.append(f'{rule.upper()}: ({text}) "\\n</parameter>\\n"')
             else:

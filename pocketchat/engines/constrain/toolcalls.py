@@ -3,9 +3,9 @@
 Two formats, chosen from the chat template's source (`call_format`):
 - "xml", Qwen3.5/3.6 (and Qwen3-Coder): the template mentions `<function=`; a call is
   `<tool_call>\\n<function=NAME>\\n<parameter=P>\\nVALUE\\n</parameter>\\n</function>\\n</tool_call>`.
-  A value is text for a string parameter (`xmlparams.raw_text_params`) and for one the schema
-  does not know; for the others a value that parses as JSON is converted (`7` -> 7,
-  `[1, 2]` -> [1, 2]).
+  A value is text for a string parameter (`xmlparams.raw_text_params`; for a string-or-null
+  one the text `null` is the null) and for one the schema does not know; for the others a
+  value that parses as JSON is converted (`7` -> 7, `[1, 2]` -> [1, 2]).
 - "json", Hermes / Qwen2.5 / Qwen3 and the fallback for templates without tools:
   `<tool_call>\\n{"name": NAME, "arguments": {...}}\\n</tool_call>`.
 
@@ -79,7 +79,10 @@ def parse_xml_call(body: str, schemas: Mapping[str, dict]) -> tuple[str, dict] |
             value = value[1:]
         if value.endswith("\n"):
             value = value[:-1]
-        args[key] = value if key in raw or key not in known else _json_or_text(value)
+        if key in raw:
+            args[key] = None if raw[key] and value == "null" else value
+        else:
+            args[key] = value if key not in known else _json_or_text(value)
         rest = rest.replace(p.group(0), "", 1)
     if rest.strip():  # text that is neither a parameter nor space: not a call we understand
         return None

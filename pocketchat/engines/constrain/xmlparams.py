@@ -7,8 +7,9 @@ raw text, and what that raw text must be.
   one shape per branch; a shape that is not an object cannot be written as parameters
   (`UnsupportedRequest`).
 - `raw_text_params(schema)`: the parameters written as raw text, not JSON: those whose schema
-  (after a `$ref`) is of type "string" in every shape that has them. The grammar writes the
-  others as JSON and the parser reads them back as JSON, so both sides agree.
+  (after a `$ref`) is a string, or a string or null (the text `null` then being the null), the
+  same in every shape that has them (`string_or_null`). The grammar writes the others as JSON
+  and the parser reads them back as JSON, so both sides agree.
 - `raw_text(schema)`: a Lark terminal expression for a string parameter's raw characters, with
   the whole string schema in it: `minLength`/`maxLength` (characters), `pattern` (JSON Schema's
   ECMA regex, unanchored unless it says `^`/`$`, `\\d`/`\\w` ASCII as in JSON), `format` (the
@@ -90,6 +91,39 @@ def is_string_schema(schema: Any) -> bool:
         return False
     kind = schema.get("type")
     return kind == "string" or (isinstance(kind, list) and kind == ["string"])
+
+
+def _is_null_schema(schema: Any) -> bool:
+    return isinstance(schema, Mapping) and schema.get("type") in ("null", ["null"]) and not (
+        set(schema) - {"type", "title", "description"})
+
+
+def string_or_null(schema: Any, root: Any = None) -> tuple[dict, bool] | None:
+    """(its string schema, whether `null` is allowed) for a parameter written as raw text: a
+    string, or a string or null (`type: ["string", "null"]`, or `anyOf`/`oneOf` of a string
+    and a null: Pydantic's `Optional[str]`), where the raw text `null` is the null; None for
+    a parameter written as JSON."""
+    schema = resolve(schema, root if root is not None else schema)
+    if not isinstance(schema, Mapping):
+        return None
+    if is_string_schema(schema):
+        return dict(schema), False
+    kind = schema.get("type")
+    if isinstance(kind, list) and sorted(kind) == ["null", "string"]:
+        out = {**schema, "type": "string"}
+        if isinstance(schema.get("enum"), list):
+            out["enum"] = [v for v in schema["enum"] if v is not None]
+        return out, True
+    for key in ("anyOf", "oneOf"):
+        parts = schema.get(key)
+        if kind is None and isinstance(parts, list) and len(parts) == 2:
+            parts = [resolve(p, root if root is not None else schema) for p in parts]
+            strings = [p for p in parts if is_string_schema(p)]
+            nulls = [p for p in parts if _is_null_schema(p)]
+            if len(strings) == 1 and len(nulls) == 1 and not ({"allOf", "not", "$ref"} & set(schema)):
+                siblings = {k: v for k, v in schema.items() if k not in ("anyOf", "oneOf", "default")}
+                return {**siblings, **strings[0]}, True
+    return None
 
 
 def _pointer(root: Any, ref: str) -> Any:
@@ -179,20 +213,21 @@ def _with_patterns(name: str, sub: Any, patterns: Any) -> Any:
     return {"allOf": [sub, *extra]} if extra else sub
 
 
-def raw_text_params(schema: Any) -> set[str]:
-    """The parameters whose values are raw text (never raises: a schema the grammar refuses
-    is read with its declared string properties)."""
+def raw_text_params(schema: Any) -> dict[str, bool]:
+    """The parameters whose values are raw text, each with whether the text `null` is a null
+    (never raises: a schema the grammar refuses is read with its declared properties)."""
     try:
         shapes = variants(schema)
     except UnsupportedRequest:
         props = schema.get("properties") if isinstance(schema, Mapping) else None
         shapes = [Shape(dict(props) if isinstance(props, Mapping) else {}, frozenset())]
-    seen: dict[str, bool] = {}
+    seen: dict[str, Any] = {}
     for shape in shapes:
         for name, sub in shape.props.items():
-            raw = is_string_schema(resolve(sub, schema))
-            seen[name] = seen.get(name, True) and raw
-    return {name for name, raw in seen.items() if raw}
+            got = string_or_null(sub, schema)
+            kind = None if got is None else got[1]
+            seen[name] = kind if seen.get(name, kind) == kind else None
+    return {name: nullable for name, nullable in seen.items() if nullable is not None}
 
 
 def known_params(schema: Any) -> set[str]:
