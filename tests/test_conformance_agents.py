@@ -266,3 +266,85 @@ def test_a_capped_response_is_incomplete_and_its_usage_adds_up(oai):
     assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
     assert r.usage.output_tokens == 4 and r.usage.input_tokens > 0
     assert r.usage.total_tokens == r.usage.input_tokens + r.usage.output_tokens
+
+
+# -- vLLM, tests/entrypoints/anthropic/test_system_hoist.py and test_content_block_validation.py
+# (unit tests of vLLM's request model there; restated as what the HTTP API answers)
+
+def count(claude, messages, system=None) -> int:
+    extra = {} if system is None else {"system": system}
+    return claude.messages.count_tokens(model="test", messages=messages, **extra).input_tokens
+
+
+def test_system_messages_inside_messages_are_hoisted_in_order(claude):
+    hi = {"role": "user", "content": "Hi"}
+    assert count(claude, [{"role": "system", "content": "You are helpful."}, hi]) == count(
+        claude, [hi], system="You are helpful.")
+    assert count(claude, [{"role": "system", "content": [{"type": "text", "text": "Be terse."}]},
+                          hi]) == count(claude, [hi], system="Be terse.")
+    top_first = [{"type": "text", "text": "From top level."}, {"type": "text", "text": "From messages."}]
+    assert count(claude, [{"role": "system", "content": "From messages."}, hi],
+                 system="From top level.") == count(claude, [hi], system=top_first)
+    two = count(claude, [{"role": "system", "content": "First."}, hi,
+                         {"role": "system", "content": "Second."},
+                         {"role": "assistant", "content": "Hello"}])
+    assert two == count(claude, [hi, {"role": "assistant", "content": "Hello"}], system=[
+        {"type": "text", "text": "First."}, {"type": "text", "text": "Second."}])
+    message = claude.messages.create(model="test", max_tokens=4, messages=[
+        {"role": "system", "content": "You are helpful."}, hi])
+    assert message.type == "message"
+
+
+@pytest.mark.parametrize("block", [
+    {"type": "tool_use", "name": "get_weather", "input": {"city": "NYC"}},
+    {"type": "tool_use", "id": "", "name": "get_weather", "input": {"city": "NYC"}},
+    {"type": "tool_use", "id": "toolu_01", "input": {"city": "NYC"}},
+    {"type": "tool_use", "id": "toolu_01", "name": "", "input": {"city": "NYC"}},
+    {"type": "tool_use", "id": "toolu_01", "name": "get_weather"},
+    {"type": "text"},
+    {"type": "thinking", "signature": "abc"},
+    {"type": "redacted_thinking"},
+    {"type": "redacted_thinking", "data": ""},
+], ids=["use-no-id", "use-empty-id", "use-no-name", "use-empty-name", "use-no-input", "text-no-text",
+        "thinking-no-thinking", "redacted-no-data", "redacted-empty-data"])
+def test_an_assistant_block_without_its_required_field_is_a_400(claude, block):
+    with pytest.raises(anthropic.BadRequestError) as info:
+        claude.messages.create(model="test", max_tokens=4, messages=[
+            {"role": "user", "content": "Hi"}, {"role": "assistant", "content": [block]},
+            {"role": "user", "content": "Go on"}])
+    assert info.value.body["type"] == "error" and info.value.body["error"]["message"]
+
+
+@pytest.mark.parametrize("block", [
+    {"type": "tool_result"}, {"type": "tool_result", "tool_use_id": ""},
+    {"type": "image"}, {"type": "text"},
+], ids=["result-no-id", "result-empty-id", "image-no-source", "text-no-text"])
+def test_a_user_block_without_its_required_field_is_a_400(claude, block):
+    with pytest.raises(anthropic.BadRequestError) as info:
+        claude.messages.create(model="test", max_tokens=4, messages=[
+            {"role": "user", "content": [block]}])
+    assert info.value.body["type"] == "error" and info.value.body["error"]["message"]
+
+
+@pytest.mark.parametrize("block", [
+    {"type": "tool_use", "id": "toolu_01", "name": "ping", "input": {}},
+    {"type": "text", "text": ""},
+    {"type": "thinking", "thinking": "hmm"},
+    {"type": "thinking", "thinking": ""},
+    {"type": "redacted_thinking", "data": "opaque"},
+], ids=["use-empty-input", "text-empty", "thinking-no-signature", "thinking-empty", "redacted"])
+def test_blocks_with_their_required_fields_are_accepted(claude, block):
+    turn = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": [block]}]
+    if block["type"] == "tool_use":
+        turn.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_01",
+                                                  "content": "pong"}]})
+    else:
+        turn.append({"role": "user", "content": "Go on"})
+    message = claude.messages.create(model="test", max_tokens=4, messages=turn,
+                                     tools=[{"name": "ping", "input_schema": {"type": "object"}}])
+    assert message.type == "message"
+
+
+def test_a_tool_role_inside_messages_is_a_400(claude):
+    with pytest.raises(anthropic.BadRequestError):
+        claude.messages.create(model="test", max_tokens=4, messages=[{"role": "tool", "content": "x"}])
