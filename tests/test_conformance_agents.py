@@ -21,6 +21,14 @@ the completed text).
 From vLLM, tests/entrypoints/openai/responses/test_basic.py: test_instructions, test_chat
 (a system, user, assistant, user history), test_chat_with_input_type, test_streaming (first
 event response.created, last response.completed).
+From vLLM, tests/entrypoints/anthropic/test_system_hoist.py (system-role entries inside
+`messages` join `system`, after a top-level one, in order; a `tool` role is refused) and
+test_content_block_validation.py (a block without its required, non-empty field is a 400;
+with it, accepted), unit tests of vLLM's request model restated as what the HTTP API answers.
+From vLLM, tests/entrypoints/openai/responses/test_stateful.py:
+test_two_responses_with_same_prev_id, test_background_error and test_cancel_completed (this
+server has no background mode: `background` is a 400 naming it).
+Beyond acceptance, top_k/temperature take effect, and a capped response is `incomplete`.
 Checks that need a model that answers sensibly (the weather city, "312") run as their shape
 only; image inputs with a vision model and llama.cpp's own telemetry fields have no
 counterpart here."""
@@ -348,3 +356,33 @@ def test_blocks_with_their_required_fields_are_accepted(claude, block):
 def test_a_tool_role_inside_messages_is_a_400(claude):
     with pytest.raises(anthropic.BadRequestError):
         claude.messages.create(model="test", max_tokens=4, messages=[{"role": "tool", "content": "x"}])
+
+
+# -- vLLM, tests/entrypoints/openai/responses/test_stateful.py --------------------------------
+# (test_store and test_previous_response_id are tests/test_server_responses.py's already)
+
+def test_two_responses_may_continue_the_same_one(oai):
+    """test_two_responses_with_same_prev_id: each continues the stored one alone."""
+    first = oai.responses.create(model="m", input="Hello, my name is John.", max_output_tokens=6,
+                                 instructions="Remember names.")
+    ask = dict(model="m", input="What is my name again?", previous_response_id=first.id,
+               max_output_tokens=4, instructions="Remember names.")
+    before = oai.responses.create(**ask)
+    oai.responses.create(model="m", input="Actually, my name is Mark.", max_output_tokens=6,
+                         previous_response_id=first.id, instructions="Remember names.")
+    after = oai.responses.create(**ask)
+    assert after.usage.input_tokens == before.usage.input_tokens  # the other branch is not in it
+    assert after.usage.input_tokens >= first.usage.input_tokens + first.usage.output_tokens
+
+
+def test_background_and_cancel_are_refused_in_openais_shape(oai):
+    """test_background_error / test_cancel_completed: this server answers in the foreground, so
+    `background` is a 400 naming it and a finished response cannot be cancelled."""
+    with pytest.raises(openai.BadRequestError) as info:
+        oai.responses.create(model="m", input="Hi", background=True, store=False)
+    assert info.value.body["param"] == "background"
+    done = oai.responses.create(model="m", input="Hello", max_output_tokens=4)
+    with pytest.raises(openai.APIStatusError) as info:
+        oai.responses.cancel(done.id)
+    assert 400 <= info.value.status_code < 500 and info.value.body["message"], info.value.body
+    assert oai.responses.retrieve(done.id).status == done.status  # untouched
