@@ -303,7 +303,7 @@ def test_the_default_disk_budget_is_a_share_of_the_free_disk(free, expected):
 
 
 def test_the_plan_takes_the_default_and_the_flag(monkeypatch):
-    from pocketchat.commands.selection import Selection
+    from pocketchat.choose.selection import Selection
     from pocketchat.select import fit
     from pocketchat.select.profile import load_profile
 

@@ -93,13 +93,23 @@ def test_required_call_streamed(client, model):
     jsonschema.validate(json.loads(call["arguments"]), tool["function"]["parameters"])
 
 
-def test_a_string_constraint_the_call_format_cannot_enforce_is_a_400_naming_it(client, model):
+def test_string_keywords_are_enforced_in_the_xml_format_and_the_unenforceable_is_a_400(client, model):
     note = {"type": "function", "function": {"name": "note", "parameters": {
-        "type": "object", "properties": {"text": {"type": "string", "maxLength": 10}}}}}
+        "type": "object", "properties": {"text": {"type": "string", "maxLength": 10,
+                                                  "pattern": "^[a-z ]+$"}},
+        "required": ["text"], "additionalProperties": False}}}
+    for seed in (1, 2):
+        r = client.chat.completions.create(model=model, messages=ASK, tools=[note], max_tokens=200,
+                                           seed=seed, tool_choice="required",
+                                           parallel_tool_calls=False, extra_body=OFF)
+        assert r.choices[0].finish_reason == "tool_calls"
+        assert [valid_call(c, note) for c in r.choices[0].message.tool_calls]
+    lookbehind = {"type": "function", "function": {"name": "note", "parameters": {
+        "type": "object", "properties": {"text": {"type": "string", "pattern": "(?<=a)b"}}}}}
     with pytest.raises(openai.BadRequestError) as info:
-        client.chat.completions.create(model=model, messages=ASK, tools=[note], max_tokens=8,
+        client.chat.completions.create(model=model, messages=ASK, tools=[lookbehind], max_tokens=8,
                                        tool_choice="required", extra_body=OFF)
-    assert "maxLength" in info.value.body["message"] and info.value.body["param"], info.value.body
+    assert "look" in info.value.body["message"] and info.value.body["param"], info.value.body
 
 
 def test_a_history_with_calls_results_and_reasoning_round_trips(client, model):

@@ -7,8 +7,9 @@
   `parallel_tool_calls`) in the template's call format, its arguments following the tool's
   parameters schema. The JSON format is `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`;
   the XML format writes each parameter as `<parameter=P>\\nVALUE\\n</parameter>\\n` in the
-  schema's order (optional ones may be left out), string values as raw text (a lazy match up
-  to the closing tag), other values as JSON against their schema.
+  schema's order (optional ones may be left out), string values as raw text that follows the
+  whole string schema (`xmlparams.raw_text`), other values as JSON against their schema; a
+  schema made of `$ref`/`allOf`/`anyOf`/`oneOf` gives one alternative per object shape.
 - "auto", "none" and no response format: nothing to enforce (None).
 
 `request_grammar(options, fmt)` returns `(grammar, param)` where `param` names the request
@@ -25,14 +26,13 @@ from typing import Any, Mapping, Sequence
 from pocketchat.errors import UnsupportedRequest
 from pocketchat.engines.constrain.finite import check_finite
 from pocketchat.engines.constrain.toolcalls import CallFormat
+from pocketchat.engines.constrain.xmlparams import raw_text, raw_text_params, string_or_null, variants
 from pocketchat.engines.types import ChatOptions
 
 ANY_OBJECT: dict = {"type": "object"}
 # Whitespace between JSON tokens: at most this much per gap, so a model that keeps writing
 # spaces or newlines (weak or random weights) still has to close the value.
 JSON_WHITESPACE = "[ \\n\\r\\t]{0,24}"
-# String keywords the XML form cannot carry (its values are raw text, not JSON strings).
-XML_STRING_LIMITS = ("pattern", "format", "minLength", "maxLength", "const")
 
 
 def offered_tools(options: ChatOptions) -> tuple[dict, ...]:
@@ -141,38 +141,38 @@ def tool_grammar(tools: Sequence[tuple[int, dict]], fmt: CallFormat, *, parallel
 
 
 def _xml_function(k: int, index: int, tool: dict) -> list[str]:
+    """The rules of one function in the XML format: one alternative per shape its parameters
+    admit (`xmlparams.variants`), each parameter a rule; raw text for the string ones
+    (`xmlparams.raw_text`, value and closing tag one terminal), JSON for the others."""
     name = tool["function"]["name"]
     schema = _params(tool)
     where = f"tools[{index}].function.parameters"
-    if schema.get("type", "object") != "object" or any(
-            key in schema for key in ("anyOf", "oneOf", "allOf", "$ref", "patternProperties")):
-        raise UnsupportedRequest(f"the parameters of {name!r} must be a plain object schema to "
-                                 "be enforced in this model's call format", param=where)
-    props = schema.get("properties") or {}
-    required = set(schema.get("required") or ())
+    shapes = variants(schema, where=where)
+    raw = raw_text_params(schema)
     defs = {key: schema[key] for key in ("$defs", "definitions") if key in schema}
-    parts, rules = [], []
-    for j, (pname, pschema) in enumerate(props.items()):
-        rule = f"f{k}_p{j}"
-        parts.append(rule if pname in required else f"{rule}?")
-        head = _lit(f"<parameter={pname}>\n")
-        if isinstance(pschema, Mapping) and pschema.get("type") == "string":
-            bad = [key for key in XML_STRING_LIMITS if key in pschema]
-            if bad:
-                raise UnsupportedRequest(
-                    f"{name!r}.{pname}: the string keyword {bad[0]!r} cannot be enforced in this "
-                    "model's call format", param=f"{where}.properties.{pname}.{bad[0]}")
-            if "enum" in pschema:
-                choices = " | ".join(_lit(str(v)) for v in pschema["enum"])
-                rules.append(f'{rule}: {head} ({choices}) "\\n</parameter>\\n"')
+    alternatives, rules = [], []
+    for v, shape in enumerate(shapes):
+        parts = []
+        for j, (pname, pschema) in enumerate(shape.props.items()):
+            rule = f"f{k}_v{v}_p{j}"
+            parts.append(rule if pname in shape.required else f"{rule}?")
+            head = _lit(f"<parameter={pname}>\n")
+            if pname in raw:
+                string, nullable = string_or_null(pschema, schema) or ({}, False)
+                text = raw_text(string, f"{where}.properties.{pname}")
+                if nullable:  # the text `null` is the null, never the string
+                    text = f'(({text}) & ~"null") | "null"'
+                rules.append(f"{rule}: {head} {rule.upper()}")
+                rules.append(f'{rule.upper()}: ({text}) "\\n</parameter>\\n"')
             else:
-                rules.append(f"{rule}: {head} {rule}_v")
-                rules.append(f"{rule}_v[lazy]: /(?s:.*)\\n<\\/parameter>\\n/")
-        else:
-            sub = dict(pschema) if isinstance(pschema, Mapping) else {}
-            sub.update(defs)
-            rules.append(f'{rule}: {head} {_json(sub)} "\\n</parameter>\\n"')
-    body = " ".join(parts)
+                sub = dict(pschema) if isinstance(pschema, Mapping) else {}
+                sub.update(defs)
+                rules.append(f'{rule}: {head} {_json(sub)} "\\n</parameter>\\n"')
+        alternatives.append(" ".join(parts))
+    present = [a for a in alternatives if a]
+    body = f"({' | '.join(present)})" if present else ""
+    if present and len(present) < len(alternatives):
+        body += "?"
     return [f'f{k}: {_lit(f"<function={name}>" + chr(10))} {body} "</function>\\n"', *rules]
 
 

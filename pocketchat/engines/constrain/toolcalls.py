@@ -3,8 +3,9 @@
 Two formats, chosen from the chat template's source (`call_format`):
 - "xml", Qwen3.5/3.6 (and Qwen3-Coder): the template mentions `<function=`; a call is
   `<tool_call>\\n<function=NAME>\\n<parameter=P>\\nVALUE\\n</parameter>\\n</function>\\n</tool_call>`.
-  A value is text; for a parameter whose schema gives a type other than "string", a value that
-  parses as JSON is converted (`7` -> 7, `[1, 2]` -> [1, 2]); unknown parameters stay text.
+  A value is text for a string parameter (`xmlparams.raw_text_params`; for a string-or-null
+  one the text `null` is the null) and for one the schema does not know; for the others a
+  value that parses as JSON is converted (`7` -> 7, `[1, 2]` -> [1, 2]).
 - "json", Hermes / Qwen2.5 / Qwen3 and the fallback for templates without tools:
   `<tool_call>\\n{"name": NAME, "arguments": {...}}\\n</tool_call>`.
 
@@ -23,6 +24,7 @@ import secrets
 from typing import Any, Literal, Mapping, Sequence
 
 from pocketchat.engines.partial import partial_suffix
+from pocketchat.engines.constrain.xmlparams import known_params, raw_text_params
 from pocketchat.engines.types import ToolCall
 
 CallFormat = Literal["xml", "json"]
@@ -53,13 +55,6 @@ def tool_schemas(tools: Sequence[Mapping[str, Any]]) -> dict[str, dict]:
     return out
 
 
-def _is_string_type(schema: Any) -> bool:
-    if not isinstance(schema, Mapping):
-        return False
-    kind = schema.get("type")
-    if kind == "string":
-        return True
-    return isinstance(kind, list) and kind == ["string"]
 
 
 def parse_xml_call(body: str, schemas: Mapping[str, dict]) -> tuple[str, dict] | None:
@@ -68,7 +63,8 @@ def parse_xml_call(body: str, schemas: Mapping[str, dict]) -> tuple[str, dict] |
     if m is None:
         return None
     name, inner = m.group(1).strip(), m.group(2)
-    props = schemas.get(name, {}).get("properties") or {}
+    schema = schemas.get(name, {})
+    raw, known = raw_text_params(schema), known_params(schema)
     args: dict[str, Any] = {}
     rest = inner
     for p in _PARAMETER.finditer(inner):
@@ -78,17 +74,18 @@ def parse_xml_call(body: str, schemas: Mapping[str, dict]) -> tuple[str, dict] |
             value = value[1:]
         if value.endswith("\n"):
             value = value[:-1]
-        args[key] = _convert(value, props.get(key))
+        if key in raw:
+            args[key] = None if raw[key] and value == "null" else value
+        else:
+            args[key] = value if key not in known else _json_or_text(value)
         rest = rest.replace(p.group(0), "", 1)
     if rest.strip():  # text that is neither a parameter nor space: not a call we understand
         return None
     return name, args
 
 
-def _convert(value: str, schema: Any) -> Any:
-    """A parameter's value: text, unless its schema says another type and it is JSON."""
-    if schema is None or _is_string_type(schema):
-        return value
+def _json_or_text(value: str) -> Any:
+    """A non-string parameter's value: its JSON, or the text when it is not JSON."""
     try:
         return json.loads(value)
     except ValueError:

@@ -42,17 +42,18 @@ BLOCK = {
     "required": ["type"],
     "allOf": [
         _when("text", {"properties": {"text": {"type": "string"}}, "required": ["text"]}),
-        _when("tool_use", {"properties": {"id": {"type": "string"}, "name": {"type": "string"},
+        _when("tool_use", {"properties": {"id": {"type": "string", "minLength": 1},
+                                          "name": {"type": "string", "minLength": 1},
                                           "input": {"type": "object"}},
                            "required": ["id", "name", "input"]}),
         _when("tool_result", {"properties": {
-            "tool_use_id": {"type": "string"},
+            "tool_use_id": {"type": "string", "minLength": 1},
             "content": {"type": ["string", "array"], "items": ref("AnthropicBlock")},
             "is_error": {"type": "boolean"}}, "required": ["tool_use_id"]}),
         _when("thinking", {"properties": {"thinking": {"type": "string"},
                                           "signature": {"type": "string"}},
                            "required": ["thinking"]}),
-        _when("redacted_thinking", {"properties": {"data": {"type": "string"}},
+        _when("redacted_thinking", {"properties": {"data": {"type": "string", "minLength": 1}},
                                     "required": ["data"]}),
     ],
 }
