@@ -143,9 +143,11 @@ def test_ngram_drafts_on_the_starter_copy_text_and_keep_greedy_decoding(starter_
 
 def test_a_batch_gives_the_logits_of_one_token_decodes_with_flash_attention(starter_gguf):
     """What greedy equality rests on: with flash attention the logits of a verification batch
-    are bit for bit those of decoding its tokens one at a time. (Without it, llama.cpp 0.3.36's
-    CPU attention for one token and for several differ by up to ~1 logit on the starter: a
-    near tie then flips, so the loop turns flash attention on while it drafts.)"""
+    are bit for bit those of decoding its tokens one at a time, here (a short context).
+    Without flash attention, llama.cpp 0.3.36's CPU attention for one token and for several
+    differ by up to ~1 logit on the starter and a near tie flipped at token 16; with it, the
+    same happens past ~300 tokens of context on 2 threads (one-token attention splits the KV
+    over the threads), never on 1 thread: measured, see benchmarks/bench_draft.py."""
     llm = new_llama(starter_gguf, n_ctx=512, n_batch=64, n_threads=2, flash_attn=True)
     seq = RawSeq(llm)
     try:

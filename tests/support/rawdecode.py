@@ -11,6 +11,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from pocketchat.engines.draft.policy import DraftPolicy
 from pocketchat.engines.draft.verify import accept
 from pocketchat.engines.llamacpp.rollback import Rollback
 
@@ -66,15 +67,36 @@ class RawSeq:
     def argmax(self, i: int) -> int:
         return int(np.argmax(self.logits(i)))
 
+    def is_eog(self, token: int) -> bool:
+        return bool(self.lib.llama_vocab_is_eog(self.lib.llama_model_get_vocab(self.model), token))
 
-def plain_greedy(seq: RawSeq, prompt: Sequence[int], n: int) -> list[int]:
-    """n tokens, one decode each (the first from the prompt's logits)."""
+
+def _ended(seq: RawSeq, out: list[int], n: int, stop: bool) -> bool:
+    return len(out) >= n or (stop and seq.is_eog(out[-1]))
+
+
+def _cut(seq: RawSeq, out: list[int], n: int, stop: bool) -> list[int]:
+    out = out[:n]
+    if stop:
+        for i, t in enumerate(out):
+            if seq.is_eog(t):
+                return out[:i + 1]
+    return out
+
+
+def plain_greedy(seq: RawSeq, prompt: Sequence[int], n: int, *, stop: bool = False,
+                 times: list[float] | None = None) -> list[int]:
+    """n tokens (fewer: up to an end-of-generation token with `stop`), one decode each (the
+    first from the prompt's logits); each decode's seconds appended to `times`."""
     seq.clear()
     seq.decode(prompt)
     out = [seq.argmax(-1)]
-    while len(out) < n:
+    while not _ended(seq, out, n, stop):
+        t0 = time.perf_counter()
         seq.decode([out[-1]])
         out.append(seq.argmax(-1))
+        if times is not None:
+            times.append(time.perf_counter() - t0)
     return out
 
 
@@ -89,17 +111,26 @@ class SpecRun:
 
 
 def speculative_greedy(seq: RawSeq, rollback: Rollback, prompt: Sequence[int], n: int,
-                       draft: Callable[[list[int], int], list[int]], k: int) -> SpecRun:
+                       draft: Callable[[list[int], int], list[int]], k: int, *,
+                       policy: DraftPolicy | None = None, stop: bool = False) -> SpecRun:
     """n tokens by greedy speculative decoding: `draft(tokens_so_far, k)` proposes, one batch
-    verifies (logits at every position), `verify.accept` keeps, `rollback` takes the rest back."""
+    verifies (logits at every position), `verify.accept` keeps, `rollback` takes the rest back.
+    With `policy`, it picks how many of the proposed tokens to verify (0: a plain step) and
+    learns from each step and from the drafts it did not verify."""
     seq.clear()
     seq.decode(prompt)
     history = list(prompt)
     out = [seq.argmax(-1)]
     run = SpecRun(out)
+    shadows: list[tuple[int, list[int]]] = []  # (len(out) when proposed, proposal)
     t0 = time.perf_counter()
-    while len(out) < n:
+    while not _ended(seq, out, n, stop):
         proposal = draft(history + out, min(k, rollback.depth, n - len(out)))
+        if policy is not None:
+            chosen = policy.choose(len(proposal))
+            if chosen == 0 and proposal:
+                shadows.append((len(out), proposal))
+            proposal = proposal[:chosen]
         start = seq.pos  # where out[-1] lands
         rollback.prepare(start)
         s0 = time.perf_counter()
@@ -111,11 +142,17 @@ def speculative_greedy(seq: RawSeq, rollback: Rollback, prompt: Sequence[int], n
         if undo.redo_from < keep:  # the snapshot kind: decode the kept tokens again
             redo = ([out[-1]] + proposal)[undo.redo_from - start:keep - start]
             seq.decode(redo)
-        run.per_step.append((len(proposal), verdict.accepted, time.perf_counter() - s0))
+        seconds = time.perf_counter() - s0
+        run.per_step.append((len(proposal), verdict.accepted, seconds))
         out.extend(verdict.tokens)
+        if policy is not None:
+            policy.record(len(proposal), verdict.accepted, seconds)
+            while shadows and len(out) - shadows[0][0] >= len(shadows[0][1]):
+                at, proposal = shadows.pop(0)
+                policy.shadow(proposal, out[at:at + len(proposal)])
         run.steps += 1
         run.drafted += len(proposal)
         run.accepted += verdict.accepted
     run.seconds = time.perf_counter() - t0
-    run.tokens = out[:n]
+    run.tokens = _cut(seq, out, n, stop)
     return run
