@@ -1,7 +1,8 @@
 """The Python time per generated token, path by path, against a bare llama-cpp-python loop.
 
 Every path runs the starter (SmolLM2-135M, or --model) on one plan (the starter's, `--ctx`
-tokens of context, the plan's n_batch and threads, the starter's sampling, seed 1, ignore_eos:
+tokens of context, the plan's n_batch and threads (pinned: --adaptive leaves them to the engine's
+policy), the starter's sampling, seed 1, ignore_eos:
 each answer is exactly --tokens tokens), and each of its answers is paired with one answer of
 the bare loop right before it (median of --pairs alternating pairs, so both see the same load):
   bare     llama_decode + the same llama.cpp sampler chain, in this process: no pocketchat
@@ -17,10 +18,13 @@ then to the last chunk (the engine decodes the last sampled token too, as the ba
 worker and tmux: the status bar's, the last seconds' rate; serve: the response's
 predicted_per_second). `decode` is llama_decode's own time per token (llama.cpp's counters of
 the same answer); `py` = wall per token - decode per token: the Python (and waiting) per token.
-`+us` is the time per token over the paired bare run (median of the pairs).
+`+us` is the time per token over the paired bare run (median of the pairs). `host` is the CPU per
+token (us) of what runs beside the model's process on the same cores: the benchmark process as
+the worker's reader (bench, worker), the chat's UI process (tmux), the server's process and
+the client (serve): on a machine whose cores all decode, it is taken from llama.cpp's threads.
 
     flock -x /work/quiet.lock env PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_overhead.py
-    ... [--tokens 256] [--pairs 5] [--paths engine,bench,worker,tmux,serve4,serve1] [--profile]
+    ... [--tokens 128] [--pairs 5] [--adaptive] [--paths engine,bench,worker,tmux,serve4,serve1] [--profile]
 
 Goals (issue 32): bench >= 0.97 of bare; the chat in tmux and serve4 >= 0.97 of bench.
 `--profile` instead runs the in-process engine under cProfile and prints where the Python goes.
@@ -56,6 +60,7 @@ class Run:
     tok_s: float
     decode_s: float | None = None
     shown: float | None = None
+    host_cpu: float | None = None  # CPU seconds per token of the process(es) around the model's
 
 
 @dataclass
@@ -67,26 +72,40 @@ class Series:
 
     def row(self) -> str:
         med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
-        tok_s = med([r.tok_s for r in self.runs])
-        bare = med([r.tok_s for r in self.bare])
-        ratio = med([r.tok_s / b.tok_s for r, b in zip(self.runs, self.bare)])
-        over = med([(1 / r.tok_s - 1 / b.tok_s) * 1e6 for r, b in zip(self.runs, self.bare)])
-        dec = [r.decode_s for r in self.runs if r.decode_s]
-        decode = med(dec) * 1e6 if dec else float("nan")
-        py = med([1e6 / r.tok_s - r.decode_s * 1e6 for r in self.runs if r.decode_s]
-                 ) if dec else float("nan")
+        ratios = [r.tok_s / b.tok_s for r, b in zip(self.runs, self.bare)]
         shown = [r.shown for r in self.runs if r.shown]
         shown_s = f"{med(shown):7.1f}" if shown else f"{'-':>7}"
-        return (f"{self.path:<8} {tok_s:7.1f} {bare:7.1f} {ratio:6.3f} {over:+7.0f} "
-                f"{_num(decode):>7} {_num(py):>6} {shown_s}  {self.note}")
+        return (f"{self.path:<8} {med([r.tok_s for r in self.runs]):7.1f} "
+                f"{med([b.tok_s for b in self.bare]):7.1f} {med(ratios):6.3f} "
+                f"{_num(med([(1 / r.tok_s - 1 / b.tok_s) * 1e6 for r, b in zip(self.runs, self.bare)]), '+'):>7} "
+                f"{_num(_decode_us(self.runs)):>7} {_num(_decode_us(self.bare)):>7} "
+                f"{_num(_py_us(self.runs)):>6} {_num(_py_us(self.bare)):>6} {shown_s} "
+                f"{_num(_host_us(self.runs)):>5}  "
+                f"pairs {' '.join(f'{x:.2f}' for x in ratios)} {self.note}")
 
 
-def _num(x: float) -> str:
-    return "-" if x != x else f"{x:.0f}"
+def _decode_us(runs: list[Run]) -> float:
+    known = [r.decode_s * 1e6 for r in runs if r.decode_s]
+    return statistics.median(known) if known else float("nan")
+
+
+def _host_us(runs: list[Run]) -> float:
+    known = [r.host_cpu * 1e6 for r in runs if r.host_cpu is not None]
+    return statistics.median(known) if known else float("nan")
+
+
+def _py_us(runs: list[Run]) -> float:
+    """Wall per token less llama_decode's own time per token (median of the runs)."""
+    known = [1e6 / r.tok_s - r.decode_s * 1e6 for r in runs if r.decode_s]
+    return statistics.median(known) if known else float("nan")
+
+
+def _num(x: float, sign: str = "") -> str:
+    return "-" if x != x else f"{x:{sign}.0f}"
 
 
 HEADER = (f"{'path':<8} {'tok/s':>7} {'bare':>7} {'ratio':>6} {'+us':>7} {'decode':>7} "
-          f"{'py':>6} {'shown':>7}")
+          f"{'(bare)':>7} {'py':>6} {'(bare)':>6} {'shown':>7} {'host':>5}")
 
 
 # -- the plan, the options ---------------------------------------------------------------------
@@ -220,6 +239,13 @@ class EnginePath:
         self.threads: list[str] = []
 
     def once(self, i: int) -> Run:
+        cpu = time.process_time()
+        run = self._once(i)
+        if self.how == "engine":  # the model's own process: no host around it
+            return run
+        return replace(run, host_cpu=(time.process_time() - cpu) / self.tokens)
+
+    def _once(self, i: int) -> Run:
         from pocketchat.engines.types import Message
 
         seen: list = []
@@ -267,7 +293,7 @@ class TmuxPath:
     def once(self, i: int) -> Run:
         shown, cpu = self.app.answer(expect=self.expect)
         self.cpu.append(cpu)
-        return Run(shown, None, shown)  # the status bar's rate is the wall rate seen there
+        return Run(shown, None, shown, cpu)  # the status bar's rate is the wall rate seen there
 
     def close(self) -> None:
         self.app.close()
@@ -291,6 +317,15 @@ class ServePath:
         self.once(-1)  # warm-up
 
     def once(self, i: int) -> Run:
+        import psutil
+
+        server = psutil.Process(self.srv.pid)
+        cpu = sum(server.cpu_times()[:2]) + time.process_time()
+        run = self._once(i)
+        used = sum(server.cpu_times()[:2]) + time.process_time() - cpu
+        return replace(run, host_cpu=used / self.tokens)
+
+    def _once(self, i: int) -> Run:
         first = last = None
         used, reported = 0, 0.0
         msgs = [{"role": "user", "content": f"{i} {PROMPT}"}]
@@ -406,11 +441,14 @@ def profile(choice: Any, a: argparse.Namespace) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--model", default="starter")
-    p.add_argument("--tokens", type=int, default=256)
+    p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--pairs", type=int, default=5)
     p.add_argument("--ctx", type=int, default=2048)
     p.add_argument("--threads", type=int, default=None,
-                   help="pin llama.cpp's threads on every path (default: the plan's, adapted)")
+                   help="llama.cpp's threads on every path, pinned (default: the plan's count)")
+    p.add_argument("--adaptive", action="store_true",
+                   help="leave the thread count to the engine's policy (engines/threads.py) on\n"
+                        "the pocketchat paths instead of pinning it (the bare loop keeps the plan's)")
     p.add_argument("--paths", default=",".join(PATHS),
                    help=f"which paths, in order (default: {','.join(PATHS)})")
     p.add_argument("--profile", action="store_true", help="cProfile the in-process engine instead")
@@ -418,6 +456,9 @@ def main() -> int:
     os.environ.setdefault("POCKETCHAT_DATA_DIR", tempfile.mkdtemp(prefix="bench-overhead-"))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     choice = choose(a.model, a.ctx, a.threads)
+    if not a.adaptive:  # equal settings: the plan's count everywhere, never moved
+        a.threads = choice.plan.n_threads
+        choice = choose(a.model, a.ctx, a.threads)
     if a.profile:
         profile(choice, a)
         return 0
@@ -429,7 +470,7 @@ def main() -> int:
           f"(temp {s.temperature}, top-k {s.top_k}, top-p {s.top_p}, min-p {s.min_p}, repeat "
           f"{s.repeat_penalty}), seed 1, ignore_eos; {a.tokens} tokens, {a.pairs} pairs each")
     print("tok/s: wall, medians; ratio: median of path/bare per pair; +us: per token over bare; "
-          "decode/py: us per token")
+          "decode, py: us per token (the path's, its bare runs')")
     print(HEADER, flush=True)
     began = time.monotonic()
     measure(choice, a, names, lambda line: print(line, flush=True))
