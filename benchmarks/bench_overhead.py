@@ -7,7 +7,8 @@ each answer is exactly --tokens tokens), and each of its answers is paired with 
 the bare loop right before it (median of --pairs alternating pairs, so both see the same load):
   bare     llama_decode + the same llama.cpp sampler chain, in this process: no pocketchat
   engine   LlamaCppEngine.chat in this process (the backend alone)
-  bench    what `pocketchat bench`'s tg test runs: commands.bench.bench_tg on the worker engine
+  bench    what `pocketchat bench`'s tg test runs: commands.bench.bench_tg on its worker engine
+  bench30  the same on a worker at child.FLUSH_SECONDS (30 ms) apart, as `bench` opened it before
   worker   WorkerEngine at the chat's chunk pace (ui.streaming.CHUNK_INTERVAL): the chat's path
   tmux     `pocketchat --model starter --bench-tokens N` in a tmux pane: the status bar's tok/s
   serve4   `pocketchat serve --parallel 4`, one streaming client (the `openai` client)
@@ -49,7 +50,7 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 PROMPT = "Write a long story about a lighthouse keeper and a storm."
-PATHS = ("engine", "bench", "worker", "tmux", "serve4", "serve1")
+PATHS = ("engine", "bench", "worker", "tmux", "serve4", "serve1")  # and "bench30" when asked
 
 
 @dataclass
@@ -360,8 +361,12 @@ def open_path(name: str, choice: Any, a: argparse.Namespace) -> Any:
     plan, path = choice.plan, choice.path
     if name == "engine":
         return EnginePath(open_engine(plan, path, name=choice.label, in_process=True), a.tokens, name)
-    if name == "bench":  # as commands.bench._measure opens it
-        return EnginePath(open_engine(plan, path, name=choice.label), a.tokens, name)
+    if name == "bench":  # as `pocketchat bench` opens it
+        from pocketchat.commands.bench import open_for_bench
+
+        return EnginePath(open_for_bench(plan, choice), a.tokens, name)
+    if name == "bench30":  # the worker's default pace
+        return EnginePath(open_engine(plan, path, name=choice.label), a.tokens, "bench")
     if name == "worker":  # as the chat opens it (ui.app: the screen's pace)
         from pocketchat.ui.streaming import CHUNK_INTERVAL
 
