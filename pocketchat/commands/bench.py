@@ -1,11 +1,13 @@
 """`pocketchat bench`: prompt processing (pp512) and generation (tg128) speed, like llama-bench.
 
-Headless, through the same worker engine the chat uses, so the figures are what the chat
-gets. pp: a fresh prompt of about N tokens (a random word list, so no cache reuse), tok/s =
-prompt tokens / prompt time from llama.cpp's counters. tg: N tokens generated past
-end-of-text, tok/s = generated tokens / decode time. Each test runs `-r` times after one
-warm-up; the table shows mean and standard deviation. On a terminal's stderr (not with
---json), one line shows the model loading and each pp prompt being read.
+Headless, through the same worker engine the chat uses, at the chat's chunk pace (the worker
+sends text at most `ui.streaming.CHUNK_INTERVAL` apart: this process wakes as seldom as the
+chat's does), so the figures are what the chat gets. pp: a fresh prompt of about N tokens (a
+random word list, so no cache reuse), tok/s = prompt tokens / prompt time from llama.cpp's
+counters. tg: N tokens generated past end-of-text, tok/s = generated tokens / decode time.
+Each test runs `-r` times after one warm-up; the table shows mean and standard deviation. On a
+terminal's stderr (not with --json), one line shows the model loading and each pp prompt
+being read.
 """
 
 from __future__ import annotations
@@ -217,9 +219,17 @@ def not_saved(exc: OSError) -> str:
             f"ranking this model by its estimate.\n  To keep measurements, {fix}.")
 
 
+def open_for_bench(plan, choice, *, in_process: bool = False, on_progress=None):
+    """The engine `bench` measures: the chat's, opened as the chat opens it (its chunk pace)."""
+    from pocketchat.engines import open_engine
+    from pocketchat.ui.streaming import CHUNK_INTERVAL
+
+    return open_engine(plan, choice.path, name=choice.label, in_process=in_process,
+                       chunk_interval=CHUNK_INTERVAL, on_progress=on_progress)
+
+
 def _measure(plan, choice, args: argparse.Namespace):
     """(EngineInfo, [pp, tg]) for one plan; a helper that goes away ends the bench clearly."""
-    from pocketchat.engines import open_engine
     from pocketchat.engines.types import ChatOptions, Message
     from pocketchat.errors import HelperGone
 
@@ -227,8 +237,7 @@ def _measure(plan, choice, args: argparse.Namespace):
         print(visible(f"loading {choice.label} ({plan.describe()}) ..."), file=sys.stderr)
     status = StatusLine(quiet=args.json)
     try:
-        engine = open_engine(plan, choice.path, name=choice.label, in_process=args.in_process,
-                             on_progress=status.load)
+        engine = open_for_bench(plan, choice, in_process=args.in_process, on_progress=status.load)
     finally:
         status.clear()
     try:
@@ -330,7 +339,6 @@ def bench_thinking(args: argparse.Namespace, choice) -> tuple[bool, int | None]:
 
 def _run_turns(plan, choice, args: argparse.Namespace) -> int:
     from pocketchat.commands.turns import compare_table, run_turns, table
-    from pocketchat.engines import open_engine
     from pocketchat.engines.render import PRESERVE_THINKING
 
     if not args.json:
@@ -341,7 +349,7 @@ def _run_turns(plan, choice, args: argparse.Namespace) -> int:
         runs = {"without": {**kwargs, PRESERVE_THINKING: False},
                 "with": {**kwargs, PRESERVE_THINKING: True}}
     thinking, budget = bench_thinking(args, choice)
-    engine = open_engine(plan, choice.path, name=choice.label, in_process=args.in_process)
+    engine = open_for_bench(plan, choice, in_process=args.in_process)
     try:
         rows = {label: run_turns(engine, args.turns, thinking=thinking, thinking_budget=budget,
                                  template_kwargs=kw, label=f"Conversation {i + 1}. ")
