@@ -2,10 +2,10 @@
 and the hooks of its runtime; one answer's recipe is `answering.answer`.
 
 A backend implements its runtime: `_load`, `_apply_template`, `_encode`, `_prompt_tokens`,
-`_begin` (the sampler), `_run_step` (decode a step's parts: `slots.Part`), `_sample_at` (the
+`_begin` (the sampler), `_run_step` (decode a step's parts: `batcher.Part`), `_sample_at` (the
 next token at a batch index), `_piece` (a token's bytes), `end_tokens`, `_ll_tokenizer`,
 `_token_bytes`, `_free`, and its state operations (`cache`, `_save_file`, `_load_file`). Its
-sequences are fed through one `slots.Batcher` (`solo` for a context of one sequence); the
+sequences are fed through one `batcher.Batcher` (`solo` for a context of one sequence); the
 token loop (`loop.steps`) and everything after it are the same for every backend.
 """
 
@@ -16,16 +16,16 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from pocketchat.errors import EngineError
+from pocketchat.errors import EngineClosed, EngineError
 from pocketchat.engines import answering, saved_state
 from pocketchat.engines.constrain.control import TokenControl
 from pocketchat.engines.draft import drafting
 from pocketchat.engines.loop import Cancelled, Meter, Step
 from pocketchat.engines.prefix_cache import PrefixCache
-from pocketchat.engines.prompt_cache import PromptCache
+from pocketchat.engines.prompt_cache import for_engine
 from pocketchat.engines.render import history_tokens, render
 from pocketchat.engines.sampling import SamplingSettings
-from pocketchat.engines.slots import Batcher, StepAborted, StepCancelled, Work
+from pocketchat.engines.batcher import Batcher, StepAborted, StepCancelled, Work
 from pocketchat.engines.types import ChatOptions, Chunk, EngineInfo, Message
 from pocketchat.types import LoadPlan
 
@@ -59,17 +59,9 @@ class EngineBase:
         self._init_harness()
         self._ll_tok: Any = None
         self.info = self._load(Path(path), name, on_progress)
-        self.prompt_cache = self._prompt_cache()
+        self.prompt_cache = for_engine(self.cache.ops, plan, saved_state.engine_key(self))
         if on_progress:
             on_progress("ready", 1.0)
-
-    def _prompt_cache(self) -> PromptCache:
-        """The cache across conversations, within the plan's budget (off where the backend
-        cannot copy a whole sequence state)."""
-        if not hasattr(self.cache.ops, "save_seq"):
-            return PromptCache(0, note="this backend cannot copy its sequence state: no "
-                                       "prompt cache across conversations")
-        return PromptCache(int(getattr(self.plan, "prompt_cache_bytes", 0) or 0))
 
     def status(self) -> dict:
         """Live figures of the engine: its prompt cache across conversations."""
@@ -149,7 +141,7 @@ class EngineBase:
         """Start an answer's sampling; `control` (mask, logprobs) runs on each token's logits."""
 
     def _run_step(self, parts: list) -> int:
-        """Decode one step's parts (`slots.Part`); the runtime's code (0: done, 2: aborted)."""
+        """Decode one step's parts (`batcher.Part`); the runtime's code (0: done, 2: aborted)."""
         raise NotImplementedError
 
     def _sample_at(self, index: int) -> tuple[int, Any]:
@@ -243,7 +235,7 @@ class EngineBase:
         """One answer under the busy lock, let go before the final chunk is handed over and
         taken again, if still free, only to settle the state when the caller reads on."""
         if self._closed:
-            raise EngineError("the engine is closed", hint="Open the model again.")
+            raise EngineClosed()
         if not self._busy.acquire(blocking=False):
             raise EngineError("the engine is already answering; cancel that answer first")
         held, inner = True, None

@@ -7,7 +7,7 @@ turn (answers, state calls, status); the main thread listens, so "cancel" and
 "end_thinking" reach the answer they name (its own sequence; inside a decode, llama.cpp's abort
 callback included) and "close" ends them all. Lanes live as long as the process: with one
 sequence every decode comes from that one OS thread (llama.cpp's CPU backend keeps a thread
-pool per calling thread), with several the batcher's step thread runs them (`slots.Batcher`).
+pool per calling thread), with several the batcher's step thread runs them (`batcher.Batcher`).
 Deltas are coalesced: the first chunk of an answer
 goes at once (time to first token), then at most one every `chunk_interval` seconds
 (FLUSH_SECONDS unless the parent asks for another: the chat asks for its screen's pace).

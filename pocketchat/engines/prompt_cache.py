@@ -300,3 +300,14 @@ class PromptCache:
         if self.note:
             body["note"] = self.note
         return body
+
+
+def for_engine(ops: Any, plan: Any, key: dict[str, Any]) -> PromptCache:
+    """The cache across conversations of an engine whose states `ops` copies: the plan's RAM
+    budget and its disk tier under `key` (off where the backend cannot copy a whole sequence
+    state)."""
+    if not hasattr(ops, "save_seq"):
+        return PromptCache(0, note="this backend cannot copy its sequence state: no prompt "
+                                   "cache across conversations")
+    return PromptCache(int(getattr(plan, "prompt_cache_bytes", 0) or 0),
+                       disk=DiskTier.open(plan, key))

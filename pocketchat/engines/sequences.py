@@ -8,7 +8,7 @@ the longest common prefix; one still readying its cache after delivering the pre
 the same conversation is waited for), and returns an answer (`SequenceAnswer`) that can be
 cancelled alone. Beyond N, `chat()` waits a bounded time for a sequence still settling its
 last answer, then refuses (the worker and the server queue before that). The steps that
-decode several sequences together are `slots.Batcher`'s.
+decode several sequences together are `batcher.Batcher`'s.
 """
 
 from __future__ import annotations

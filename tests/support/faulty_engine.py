@@ -25,7 +25,7 @@ from typing import Any, Iterator
 
 from pocketchat.engines.base import EngineBase
 from pocketchat.engines.prefix_cache import PrefixCache
-from pocketchat.engines.slots import Batcher
+from pocketchat.engines.batcher import Batcher
 from pocketchat.engines.types import ChatOptions, EngineInfo
 from pocketchat.types import LoadPlan
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from pocketchat.engines.base import EngineBase
 from pocketchat.engines.prefix_cache import PrefixCache
-from pocketchat.engines.slots import Batcher
+from pocketchat.engines.batcher import Batcher
 from pocketchat.engines.types import EngineInfo
 from pocketchat.types import LoadPlan
 

@@ -1,7 +1,7 @@
 """The llama.cpp backend, in this process: `LlamaCppEngine(plan, path)`, the runtime of the
 base's token loop (`base.EngineBase`) over llama.cpp itself, so the prefix cache knows exactly
 which tokens the context holds (generated tokens as generated):
-- every decode is a step of the context's `slots.Batcher` (`_run_step`: the parts' tokens in
+- every decode is a step of the context's `batcher.Batcher` (`_run_step`: the parts' tokens in
   one `llama_batch`, each sequence's logits at its own batch index); with one sequence the
   steps run in the caller's thread (`solo`), with a plan's `parallel` N > 1 the context holds N
   sequences, N engines over it (`sequence_engines()`; this one is sequence 0) and one step
@@ -37,7 +37,7 @@ from pocketchat.engines.llamacpp.load import ProgressFn, load_llama
 from pocketchat.engines.llamacpp.rollback import Rollback
 from pocketchat.engines.llamacpp.state import LlamaState
 from pocketchat.engines.prefix_cache import PrefixCache
-from pocketchat.engines.slots import Batcher, Part
+from pocketchat.engines.batcher import Batcher, Part
 from pocketchat.engines.template import template_for
 from pocketchat.engines.threads import ThreadControl
 from pocketchat.engines.thinking import CLOSE_TAG, OPEN_TAG

@@ -1,6 +1,6 @@
 """llama.cpp's sequence state for the prefix cache: cut, snapshot, restore, save to a file.
 
-Sequence `seq` of the context (0 unless the context serves several, see `engines.slots`) holds
+Sequence `seq` of the context (0 unless the context serves several, see `engines.batcher`) holds
 one conversation. An attention-only model's KV cache can be
 cut back anywhere (`llama_memory_seq_rm`). A hybrid or recurrent model's cannot: a
 checkpoint is the recurrent part of the state (`llama_state_seq_get_data_ext` with

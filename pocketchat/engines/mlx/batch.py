@@ -29,7 +29,7 @@ from concurrent.futures import Future
 from queue import SimpleQueue
 from typing import Any, Callable, Sequence
 
-from pocketchat.errors import EngineError
+from pocketchat.errors import EngineClosed
 
 CLEAR_EVERY = 256  # batch steps between two `mx.clear_cache()`
 
@@ -127,7 +127,7 @@ class MlxBatch:
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """`fn(*args)` run on the MLX thread (in place when called from it); its result."""
         if self._closed and not self.on_thread():
-            raise EngineError("the engine is closed", hint="Open the model again.")
+            raise EngineClosed()
         return self._runner.call(self._device, fn, *args)
 
     def close(self) -> None:

@@ -10,7 +10,7 @@ over mlx-lm:
 - the prompt comes from the model's own chat template through the tokenizer
   (`enable_thinking=False` when thinking is off);
 - the prefix cache's state is mlx-lm's per-layer cache (`cache.MlxState`);
-- every evaluation is a step of the engine's `slots.Batcher` (`_step_parts`): prompt pieces on
+- every evaluation is a step of the engine's `batcher.Batcher` (`_step_parts`): prompt pieces on
   the sequence's own cache; the token to sample after goes with the piece in one model call
   (one sequence: `solo`, on this engine's stream), or, with a plan's `parallel` N > 1 and
   caches mlx-lm can merge (`batch.batchable`), in one call over the decoding sequences'
@@ -45,7 +45,7 @@ from pocketchat.engines.mlx.model import (
     kv_cache_bytes,
 )
 from pocketchat.engines.prefix_cache import PrefixCache
-from pocketchat.engines.slots import Batcher, Part, Work
+from pocketchat.engines.batcher import Batcher, Part, Work
 from pocketchat.engines.template import CHATML
 from pocketchat.engines.types import EngineInfo
 

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Sequence
 
-from pocketchat.errors import EngineError
+from pocketchat.errors import EngineClosed, EngineError
 from pocketchat.engines.types import ChatOptions, Chunk, EngineInfo, Message
 
 CHUNK_TOKENS = 64  # prompt tokens a step carries while other sequences decode
@@ -121,7 +121,7 @@ class Batcher:
             return self._decode_solo(work)
         with self.member(work.seq), self._cond:
             if self._closed:
-                raise EngineError("the engine is closed", hint="Open the model again.")
+                raise EngineClosed()
             self._start()
             self._pending[work.seq] = work
             self._cond.notify_all()
@@ -141,7 +141,7 @@ class Batcher:
     def _decode_solo(self, work: Work) -> Any:
         """`decode` for a context of one sequence: its steps in this thread."""
         if self._closed:
-            raise EngineError("the engine is closed", hint="Open the model again.")
+            raise EngineClosed()
         with self.lock:
             while True:
                 n = min(self.n_batch, len(work.tokens) - work.done)
