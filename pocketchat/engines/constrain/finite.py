@@ -19,7 +19,7 @@ from pocketchat.errors import UnsupportedRequest
 MAX_ROUNDS = 64
 
 
-def _pointer(root: Any, ref: str) -> Any:
+def json_pointer(root: Any, ref: str) -> Any:
     """The part of `root` a local `$ref` ("#", "#/$defs/x") names, or None."""
     if not ref.startswith("#"):
         return None
@@ -88,12 +88,12 @@ def _refs(node: Any, out: set[str]) -> set[str]:
 
 def check_finite(schema: Any, param: str) -> None:
     """UnsupportedRequest naming `param` when `schema` admits no finite JSON value."""
-    refs = {r for r in _refs(schema, set()) if _pointer(schema, r) is not None}
+    refs = {r for r in _refs(schema, set()) if json_pointer(schema, r) is not None}
     known = {r: False for r in refs}
     for _ in range(MAX_ROUNDS):  # least fixed point: a reference admits what its target does
         changed = False
         for r in refs:
-            if not known[r] and _admits(_pointer(schema, r), schema, known):
+            if not known[r] and _admits(json_pointer(schema, r), schema, known):
                 known[r] = changed = True
         if not changed:
             break

@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from pocketchat.engines.constrain.finite import json_pointer
 from pocketchat.errors import UnsupportedRequest
 
 # Text a raw value must not contain: the parser ends the value, or the call, at the first one.
@@ -126,25 +127,12 @@ def string_or_null(schema: Any, root: Any = None) -> tuple[dict, bool] | None:
     return None
 
 
-def _pointer(root: Any, ref: str) -> Any:
-    if not ref.startswith("#"):
-        return None
-    node = root
-    for raw in [p for p in ref[1:].split("/") if p]:
-        key = raw.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, Mapping) and key in node:
-            node = node[key]
-        else:
-            return None
-    return node
-
-
 def resolve(schema: Any, root: Any) -> Any:
     """`schema` with its local `$ref` chain followed (the referring keywords kept on top)."""
     for _ in range(MAX_REF_DEPTH):
         if not isinstance(schema, Mapping) or not isinstance(schema.get("$ref"), str):
             return schema
-        target = _pointer(root, schema["$ref"])
+        target = json_pointer(root, schema["$ref"])
         if not isinstance(target, Mapping):
             return schema
         siblings = {k: v for k, v in schema.items() if k != "$ref"}

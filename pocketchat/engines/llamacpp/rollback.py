@@ -25,7 +25,6 @@ the loop keeps positions < p and removes the rest. How depends on the model's me
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from dataclasses import dataclass
 from typing import Any, ContextManager
@@ -50,20 +49,17 @@ class Rollback:
 
     def __init__(self, ctx: Any, model: Any, seq: int = SEQ,
                  lock: ContextManager | None = None) -> None:
-        lib = self._lib = sys.modules["llama_cpp"]
-        self._ctx = ctx
+        state = self._state = LlamaState(ctx, model, seq, lock)  # snapshots, for "snapshot"
         self.seq = seq
-        self._lock: ContextManager = lock if lock is not None else contextlib.nullcontext()
-        self._mem = lib.llama_get_memory(ctx)
-        recurrent = bool(lib.llama_model_is_recurrent(model)) or bool(lib.llama_model_is_hybrid(model))
-        self.depth_native = int(lib.llama_n_rs_seq(ctx)) if recurrent else 0
+        self._lib, self._mem, self._lock = state._lib, state._mem, state._lock
+        recurrent = state.partial
+        self.depth_native = int(self._lib.llama_n_rs_seq(ctx)) if recurrent else 0
         if not recurrent:
             self.kind = "kv"
         elif self.depth_native > 0:
             self.kind = "native"
         else:
             self.kind = "snapshot"
-        self._state = LlamaState(ctx, model, seq, lock) if self.kind == "snapshot" else None
         self._saved: tuple[Any, int] | None = None  # (partial state, its position)
 
     @property
@@ -74,7 +70,7 @@ class Rollback:
     def prepare(self, pos: int) -> None:
         """Before a verification batch whose first token lands at `pos` (the state holds
         positions < pos): the snapshot kind copies the recurrent state here."""
-        if self._state is not None:
+        if self.kind == "snapshot":
             buf, _ = self._state.snapshot()
             self._saved = (buf, pos)
 
