@@ -79,7 +79,7 @@ def test_a_qwen35moe_file_is_read_with_the_same_rule(tiny_qwen35moe):
 
 
 def test_a_request_without_sampling_on_a_plan_without_any_samples_as_pocket_does():
-    from pocketchat.engines.base import merge_sampling
+    from pocketchat.engines.sampling import merge_sampling
     from pocketchat.engines.types import ChatOptions
     from pocketchat.select.defaults import sampling
 

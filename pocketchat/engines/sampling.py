@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from pocketchat.engines.types import ChatOptions
+from pocketchat.types import Sampling
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,9 @@ def merge_sampling(defaults: Any, opts: ChatOptions, ends: Iterable[int] = ()
     """The one place request options meet the plan's sampling defaults (None: the default);
     `ignore_eos` masks the end-of-generation tokens `ends` (the only way it is done)."""
 
-    def pick(name: str, fallback: float) -> Any:
+    defaults = defaults if defaults is not None else Sampling()
+
+    def pick(name: str, fallback: float = 0.0) -> Any:
         value = getattr(opts, name, None)
         return getattr(defaults, name, fallback) if value is None else value
 
@@ -40,10 +43,10 @@ def merge_sampling(defaults: Any, opts: ChatOptions, ends: Iterable[int] = ()
     if opts.ignore_eos:
         bias += tuple((int(t), float("-inf")) for t in sorted(ends))
     return SamplingSettings(
-        temperature=float(pick("temperature", 0.6)), top_p=float(pick("top_p", 0.95)),
-        top_k=int(pick("top_k", 20)), min_p=float(pick("min_p", 0.0)),
+        temperature=float(pick("temperature")), top_p=float(pick("top_p")),
+        top_k=int(pick("top_k")), min_p=float(pick("min_p")),
         repeat_penalty=float(pick("repeat_penalty", 1.0)),
-        presence_penalty=float(pick("presence_penalty", 0.0)),
-        frequency_penalty=float(pick("frequency_penalty", 0.0)),
+        presence_penalty=float(pick("presence_penalty")),
+        frequency_penalty=float(pick("frequency_penalty")),
         seed=opts.seed, logit_bias=bias,
     )
