@@ -89,8 +89,8 @@ def engines(tmp_path_factory):
 
 def test_the_two_templates_teach_the_two_formats(engines):
     tool = {"type": "function", "function": {"name": "t", "parameters": _params({"type": "null"})}}
-    assert "<function=NAME>" in engines["xml"]._render(ASK, False, options=ChatOptions(tools=(tool,)))
-    assert '{"name": "<function name>"' in engines["json"]._render(
+    assert "<function=NAME>" in engines["xml"].render(ASK, False, options=ChatOptions(tools=(tool,)))
+    assert '{"name": "<function name>"' in engines["json"].render(
         ASK, False, options=ChatOptions(tools=(tool,)))
 
 

@@ -31,7 +31,7 @@ from starlette.routing import Route
 from pocketchat.errors import ApiError
 from pocketchat.server.cors import Cors, CorsPolicy, Preflight
 from pocketchat.server.endpoint import MAX_BODY_BYTES, Endpoint
-from pocketchat.server.guard import Guard, send_error
+from pocketchat.server.guard import Guard, error_for, send_error
 from pocketchat.server.host import EngineHost
 from pocketchat.server.openapi import document
 from pocketchat.server.protocols.openai.encode import error_body
@@ -121,7 +121,7 @@ def create_app(host: EngineHost, *, model_id: str, aliases: Sequence[str] = (),
             exc = ApiError(f"no answer in flight has the id {rid!r} (it has ended, or it was "
                            "never streamed by this server)", status=404, code="answer_not_found",
                            param="id")
-            return JSONResponse(error_body(exc), status_code=404)
+            return JSONResponse(error_for(exc, request.url.path), status_code=404)
         return JSONResponse({"id": rid, "object": "end_thinking", "status": status})
 
     api: list[tuple[str, Any, list[str]]] = [  # served with and without the /v1 prefix

@@ -113,11 +113,15 @@ async def send_json(send: Callable, status: int, body: Any,
     await send({"type": "http.response.body", "body": data})
 
 
-async def send_error(send: Callable, exc: ApiError, path: str = "") -> None:
-    """A refusal in the shape of the protocol `path` belongs to (Anthropic's for /v1/messages)."""
+def error_for(exc: ApiError, path: str) -> dict[str, Any]:
+    """`exc` in the shape of the protocol `path` belongs to (Anthropic's for /v1/messages)."""
     if path.removeprefix("/v1").startswith("/messages"):
         from pocketchat.server.protocols.anthropic.encode import error_body
     else:
         from pocketchat.server.protocols.openai.encode import error_body
+    return error_body(exc)
 
-    await send_json(send, exc.status, error_body(exc), exc.headers)
+
+async def send_error(send: Callable, exc: ApiError, path: str = "") -> None:
+    """A refusal in the shape of the protocol `path` belongs to."""
+    await send_json(send, exc.status, error_for(exc, path), exc.headers)

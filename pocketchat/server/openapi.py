@@ -32,9 +32,14 @@ END_THINKING = {
 }
 
 
+ERRORS = {"/v1/chat/completions": "Error", "/v1/messages": "AnthropicError",
+          "/v1/responses": "ResponsesError"}  # each protocol's own error shape
+
+
 def _end_thinking(base: str) -> dict[str, Any]:
     """POST {base}/{id}/end_thinking: end a streaming answer's thought now (thinking.py)."""
-    error = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+    error = {"content": {"application/json": {"schema": {
+        "$ref": f"#/components/schemas/{ERRORS[base]}"}}}}
     return {"post": {
         "summary": "End the thought of the answer in flight with this id (the one its stream's "
                    "first event carries) now; the answer follows on its stream.",
@@ -58,7 +63,7 @@ def document(version: str = "0") -> dict[str, Any]:
     paths = {
         **openai_schema.PATHS, **anthropic_schema.PATHS, **responses_schema.PATHS,
         **{f"{base}/{{id}}/end_thinking": _end_thinking(base)
-           for base in ("/v1/chat/completions", "/v1/messages", "/v1/responses")},
+           for base in ERRORS},
         "/health": {"get": {"summary": "Whether the model is loaded; no API key needed.",
                             "security": [],
                             "responses": {"200": health_response, "503": health_response,

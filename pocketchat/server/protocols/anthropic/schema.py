@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pocketchat.server.protocols.openai.schema import FUNCTION_NAME
+from pocketchat.server.protocols.openai.schema import FUNCTION_NAME, sse
 
 REF = "#/components/schemas/"
 MAX_STOPS = 16
@@ -166,9 +166,9 @@ WHY = {400: "The request is invalid (`invalid_request_error`).", 401: "Missing o
        413: "The body is over the limit.", 415: "The body is not application/json.",
        429: "The queue is full (see Retry-After).", 500: "The model failed (it is restarted).",
        503: "The model is loading or failed to load, or the server is stopping."}
-SSE = {"text/event-stream": {"schema": {"type": "string"}, "description": "with `stream`: "
-                             "message_start, content_block_start/_delta/_stop, message_delta, "
-                             "message_stop (and ping while a long prompt is read)"}}
+SSE = sse("with `stream`: "
+              "message_start, content_block_start/_delta/_stop, message_delta, "
+              "message_stop (and ping while a long prompt is read)")
 
 
 def _post(summary: str, request: str, response: str, stream: bool) -> dict[str, Any]:

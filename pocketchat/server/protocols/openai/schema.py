@@ -368,8 +368,19 @@ WHY = {400: "The request is invalid; `param` names the field.", 401: "Missing or
        413: "The body is over the limit.", 415: "The body is not application/json.",
        429: "The queue is full (see Retry-After).", 500: "The model failed (it is restarted).",
        503: "The model is loading or failed to load, or the server is stopping."}
-SSE = {"text/event-stream": {"schema": {"type": "string"}, "description": "with `stream`: "
-                             "`data: {chunk}` events, then `data: [DONE]`"}}
+SSE_EVENT = {  # OpenAPI 3.1 without `itemSchema`: a stream's `schema` describes each event
+    "type": "object", "required": ["data"],
+    "properties": {"data": {"type": "string"}, "event": {"type": "string"},
+                   "id": {"type": "string"}, "retry": {"type": "integer"}},
+}
+
+
+def sse(description: str) -> dict[str, Any]:
+    """A streamed response's media type: server-sent events, each as `SSE_EVENT`."""
+    return {"text/event-stream": {"schema": SSE_EVENT, "description": description}}
+
+
+SSE = sse("with `stream`: `data: {chunk}` events, then `data: [DONE]`")
 
 
 def _post(summary: str, request: str, response: str) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from pocketchat.server.thinking import EFFORTS
 
-from pocketchat.server.protocols.openai.schema import FUNCTION_NAME
+from pocketchat.server.protocols.openai.schema import FUNCTION_NAME, sse
 
 REF = "#/components/schemas/"
 ROLES = ("system", "developer", "user", "assistant")
@@ -143,8 +143,8 @@ WHY = {400: "The request is invalid; `param` names the field.", 401: "Missing or
        413: "The body is over the limit.", 415: "The body is not application/json.",
        429: "The queue is full (see Retry-After).", 500: "The model failed (it is restarted).",
        503: "The model is loading or failed to load, or the server is stopping."}
-SSE = {"text/event-stream": {"schema": {"type": "string"}, "description": "with `stream`: "
-                             "response.created ... response.completed"}}
+SSE = sse("with `stream`: "
+              "response.created ... response.completed")
 
 
 def _errors(*statuses: int) -> dict[str, Any]:
