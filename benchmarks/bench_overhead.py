@@ -112,8 +112,8 @@ HEADER = (f"{'path':<8} {'tok/s':>7} {'bare':>7} {'ratio':>6} {'+us':>7} {'decod
 # -- the plan, the options ---------------------------------------------------------------------
 
 def choose(model: str, ctx: int, threads: int | None):
-    from pocketchat.commands.common import choose_model
-    from pocketchat.commands.selection import Selection
+    from pocketchat.choose.model import choose_model
+    from pocketchat.choose.selection import Selection
 
     return choose_model(Selection(model=model, ctx=ctx, threads=threads, offline=True, yes=True))
 
@@ -381,7 +381,7 @@ def open_path(name: str, choice: Any, a: argparse.Namespace) -> Any:
 
 def measure(choice: Any, a: argparse.Namespace, names: list[str], out: Callable[[str], None]
             ) -> list[Series]:
-    from pocketchat.engines.base import merge_sampling
+    from pocketchat.engines.sampling import merge_sampling
 
     global _BUF
     import ctypes
@@ -484,7 +484,7 @@ def main() -> int:
 
 
 def merge_sampling_of(plan: Any) -> Any:
-    from pocketchat.engines.base import merge_sampling
+    from pocketchat.engines.sampling import merge_sampling
 
     return merge_sampling(plan.sampling, options(1))
 

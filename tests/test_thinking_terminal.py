@@ -99,3 +99,41 @@ def test_p_with_think_on_a_pty(tmp_path):
     bad = subprocess.run(["script", "-qec", shlex.join(run[:-1] + ["lots"]), "/dev/null"], env=env,
                          cwd=REPO, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "argument --think: --think takes" in bad.stdout, bad.stdout
+
+
+def test_ctrl_t_ends_the_tiny_qwen35moe_thought_in_the_real_chat(tmp_path):
+    """The real CLI on the tiny qwen35moe (its random weights never close a thought, so only the
+    user can): the thought streams folded with its figures, Ctrl+T ends it within a token step
+    and the answer streams under it; the next turn evaluates only its new tokens."""
+    pytest.importorskip("llama_cpp")
+    from support.tinyqwen35 import QWEN36_TEMPLATE, write_tiny_qwen35moe
+
+    gguf = write_tiny_qwen35moe(tmp_path / "q36.gguf", chat_template=QWEN36_TEMPLATE,
+                                ascii_only=True)
+    line, exit_file = command(tmp_path, f"--model {shlex.quote(str(gguf))} --ctx 4096 "
+                                        "--threads 1 --think unlimited")
+    tmux = Tmux()
+    try:
+        tmux("new-session", "-d", "-s", "e2e", "-x", "110", "-y", "34", line)
+        tmux.wait_for(lambda s: "Ready" in s and "^t Answer" in s, 90, "the model and Ctrl+T")
+        tmux("send-keys", "-t", "e2e", "-l", "Why is the sky blue?")
+        tmux("send-keys", "-t", "e2e", "Enter")
+        tmux.wait_for(lambda s: (m := TITLE.search(s)) and int(m.group(1)) >= 30, 60,
+                      "the thought counting its tokens")
+        tmux("send-keys", "-t", "e2e", "C-t")
+        done = tmux.wait_for(lambda s: "ended by you" in s, 15, "the thought ended by the key")
+        tmux.wait_for(lambda s: re.search(r"(Ready|Stopped)\s", s.splitlines()[-2] + s)
+                      and "think " not in s.splitlines()[-2], 120, "the answer to end")
+        assert TITLE.search(done), done
+        tmux("send-keys", "-t", "e2e", "-l", "And at sunset?")
+        tmux("send-keys", "-t", "e2e", "Enter")
+        tmux.wait_for(lambda s: len(TITLE.findall(s)) >= 2, 60, "the second thought")
+        tmux("send-keys", "-t", "e2e", "Escape")  # Esc still stops the answer
+        tmux.wait_for(lambda s: "interrupted" in s, 15, "the answer stopped")
+        tmux("send-keys", "-t", "e2e", "C-c")
+        time.sleep(0.3)
+        tmux("send-keys", "-t", "e2e", "C-c")
+        assert wait_file(exit_file, 30), tmux.screen()
+        assert exit_file.read_text().strip() == "0"
+    finally:
+        tmux.kill()
