@@ -143,3 +143,30 @@ def test_recommend_with_draft_on_a_tight_laptop_gives_drafts_up_first(capsys):
     assert cli.main(["--recommend", "--hardware", str(laptop), "--json"]) == 0
     plain = json.loads(capsys.readouterr().out)["recommended"]
     assert best["gave_up"][1:] == plain["gave_up"] and best["n_ctx"] == plain["n_ctx"]
+
+
+def test_choose_model_carries_draft_into_the_plan_of_a_hybrid_file(tiny_qwen35, tmp_path):
+    """--draft through the one chooser: kept where its snapshots fit, off (with a note) where
+    only the plan without them does; never turned back on afterwards."""
+    from pocketchat.choose.model import choose_model
+    from pocketchat.choose.selection import Selection
+    from pocketchat.modelfile.facts import facts_of
+    from pocketchat.modelfile.gguf import check_gguf
+    from pocketchat.select.repack import repacked_types
+
+    facts = facts_of(check_gguf(tiny_qwen35))
+    assert facts.recurrent_state_bytes > 0
+    base = json.loads((PROFILES / "linux-16gb.json").read_text())
+    profile = profile_from_json(base)
+    need = est.memory_need(est.build_from_facts(facts, "tiny"), DEFAULT_CTX,
+                           repack=repacked_types(profile)).total
+    tight = tmp_path / "tight.json"
+    tight.write_text(json.dumps(base | {"ram_available_bytes": profile.ram_available_bytes
+                                        - cpu_budget(profile) + need}))
+    roomy = choose_model(Selection(model=str(tiny_qwen35), draft="ngram",
+                                   hardware=PROFILES / "linux-16gb.json", offline=True))
+    assert roomy.plan.draft == "ngram" and roomy.plan.n_ctx == DEFAULT_CTX
+    short = choose_model(Selection(model=str(tiny_qwen35), draft="ngram", hardware=tight, offline=True))
+    assert short.plan.draft == "off" and short.plan.n_ctx == DEFAULT_CTX
+    assert any("drafts" in note for note in short.plan.notes)
+    assert choose_model(Selection(model=str(tiny_qwen35), hardware=tight, offline=True)).plan.draft == "off"
