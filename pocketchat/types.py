@@ -163,6 +163,12 @@ MAX_CHECKPOINTS = 4
 MAX_CHECKPOINT_BYTES = 256 * 1024 * 1024  # POCKET's DeltaNet state is ~63 MB: four fit
 
 
+# The most drafted tokens a step verifies (`--draft`): on a hybrid model llama.cpp keeps this
+# many snapshots of each sequence's recurrent state to roll a rejected draft back (`n_rs_seq`),
+# which the memory estimate counts (`select/estimate.py`) and the ladder trades first.
+DRAFT_DEPTH = 4
+
+
 def checkpoint_bytes(recurrent_state_bytes: int, count: int = MAX_CHECKPOINTS) -> int:
     """RAM `count` checkpoints of a state of this size may take (0: no recurrent state)."""
     return min(max(count, 0) * max(recurrent_state_bytes, 0), MAX_CHECKPOINT_BYTES)
@@ -204,7 +210,7 @@ class LoadPlan:
     # Drafted tokens verified in one step (`--draft`): "auto" drafts from the conversation
     # while it pays here (engines/draft/policy.py), "ngram" drafts always, "off" never.
     draft: str = "off"
-    draft_depth: int = 4  # the most drafted tokens a step verifies (recurrent snapshots kept)
+    draft_depth: int = DRAFT_DEPTH  # the most drafted tokens a step verifies (recurrent snapshots kept)
     prompt_cache_disk_bytes: int = 0  # the same states on disk, across restarts (0: off)
     sampling: Sampling = field(default_factory=Sampling)
     notes: tuple[str, ...] = ()  # what the plan changed from the request, for the user
@@ -313,6 +319,7 @@ class Candidate:
             "n_cpu_moe": p.n_cpu_moe if p else None,
             "n_batch": p.n_batch if p else None,
             "checkpoints": p.checkpoints if p else None,
+            "draft": p.draft if p else None,
             "estimated_memory_bytes": self.estimated_memory_bytes,
             "estimated_anonymous_bytes": self.estimated_anonymous_bytes,
             "estimated_repacked_bytes": self.estimated_repacked_bytes,

@@ -54,7 +54,7 @@ def recommend(sel: Selection, profile: HardwareProfile | None = None) -> Recomme
         downloaded = set(downloaded_build_ids())
         speeds = measured.Calibration.of(measured.load(settings().cache_dir), measured.machine_key(profile))
     return fit.plan(profile, catalog.builds(), lang=sel.lang, n_ctx=sel.ctx, backend=sel.backend,
-                    threads=sel.threads, downloaded=downloaded, speeds=speeds)
+                    threads=sel.threads, downloaded=downloaded, speeds=speeds, draft=sel.draft or "off")
 
 
 def _file_plan(sel: Selection, budget, path: Path, name: str, *, starter: bool = False) -> LoadPlan:
@@ -74,7 +74,8 @@ def _file_plan(sel: Selection, budget, path: Path, name: str, *, starter: bool =
         check_splittable(path, facts)
     max_ctx = facts.context_length if facts is not None else trained_context(path)
     return fit.plan_for_file(budget, model_size(path), n_ctx=sel.ctx, backend=backend, max_ctx=max_ctx,
-                             threads=sel.threads, name=name, facts=facts, starter=starter)
+                             threads=sel.threads, name=name, facts=facts, starter=starter,
+                             draft=sel.draft or "off")
 
 
 def gguf_facts(path: Path | None):
@@ -233,7 +234,8 @@ def _catalog_choice(sel: Selection, budget, build: Build, *, confirm=None, progr
     if facts is not None:  # on disk: plan from its own header, not the catalog's figures
         build = replace(build, facts=facts)
     cand = fit.judge(build, budget, lang=sel.lang, n_ctx=sel.ctx, backend=sel.backend,
-                     threads=sel.threads, downloaded=local is not None, forced=True)
+                     threads=sel.threads, downloaded=local is not None, forced=True,
+                     draft=sel.draft or "off")
     if cand.plan is None:
         where = "this machine and the helpers" if budget.pooled else "this machine"
         run = "pocketchat --recommend --rpc ..." if budget.pooled else "pocketchat --recommend"

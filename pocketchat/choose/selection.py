@@ -32,7 +32,7 @@ class Selection:
     offline: bool = False
     yes: bool = False
     rpc: tuple[str, ...] = ()  # helpers (HOST:PORT) to pool with over llama.cpp's RPC backend
-    draft: str | None = None  # --draft auto|off|ngram (None: the plan's default)
+    draft: str | None = None  # --draft auto|off|ngram (None: off); the plan may turn it off
     prompt_cache_disk_mb: int | None = None  # the prompt cache's disk tier (0: off)
 
     @classmethod
@@ -67,8 +67,6 @@ class Selection:
         sets the disk tier's budget."""
         if self.threads is not None and not plan.threads_pinned:
             plan = replace(plan, threads_pinned=True)
-        if self.draft is not None and self.draft != plan.draft:
-            plan = replace(plan, draft=self.draft)
         if self.prompt_cache_disk_mb is not None:
             plan = replace(plan, prompt_cache_disk_bytes=self.prompt_cache_disk_mb * 1024**2)
         return plan
@@ -147,7 +145,9 @@ def add_selection_args(p: argparse.ArgumentParser, *, model: bool = True) -> Non
                    help="drafted tokens verified in one step (llama.cpp): auto drafts from the "
                         "conversation while it measures faster here, ngram always, off never "
                         "(default off); drafting turns flash attention on, so greedy answers "
-                        "are token for token those without drafts")
+                        "are token for token those without drafts; on a hybrid model such as "
+                        "POCKET it keeps 4 copies of the recurrent state (~250 MB), the first "
+                        "memory given up when short")
     if model:
         p.add_argument("--model", metavar="X",
                        help="a build id, REPO:QUANT, REPO/FILE, a local .gguf or 'starter'")

@@ -4,7 +4,9 @@ Headless, through the same worker engine the chat uses, at the chat's chunk pace
 sends text at most `ui.streaming.CHUNK_INTERVAL` apart: this process wakes as seldom as the
 chat's does), so the figures are what the chat gets. pp: a fresh prompt of about N tokens (a
 random word list, so no cache reuse), tok/s = prompt tokens / prompt time from llama.cpp's
-counters. tg: N tokens generated past end-of-text, tok/s = generated tokens / decode time.
+counters. tg: N tokens generated past end-of-text, tok/s = generated tokens / decode time;
+with drafts (`--draft auto|ngram`), its rows also say the tokens each step that verified a
+draft emitted and how many drafted tokens were accepted.
 Each test runs `-r` times after one warm-up; the table shows mean and standard deviation. On a
 terminal's stderr (not with --json), one line shows the model loading and each pp prompt
 being read.
@@ -32,6 +34,25 @@ class Result:
     tokens: int
     tok_s: list[float]
     threads: list[str] = field(default_factory=list)  # how the CPU threads moved, in order
+    # Drafts (`--draft`), over the runs: steps that verified a draft, tokens drafted, accepted.
+    draft_steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Tokens a verifying step emitted on average (accepted drafts + one); 0: none ran."""
+        return (self.accepted + self.draft_steps) / self.draft_steps if self.draft_steps else 0.0
+
+    def draft_cell(self) -> str:
+        """The table's draft figure: '2.40/step (96/130 accepted)'; '-' when no step drafted."""
+        if not self.draft_steps:
+            return "-"
+        return f"{self.tokens_per_step:.2f}/step ({self.accepted}/{self.drafted} accepted)"
+
+    def draft_json(self) -> dict:
+        return {"steps": self.draft_steps, "drafted_tokens": self.drafted,
+                "accepted_tokens": self.accepted, "tokens_per_step": round(self.tokens_per_step, 2)}
 
     @property
     def mean(self) -> float:
@@ -115,17 +136,19 @@ def bench_pp(engine, n_prompt: int, reps: int, rng: random.Random,
 def bench_tg(engine, n_gen: int, reps: int, rng: random.Random) -> Result:
     from pocketchat.engines.types import ChatOptions, Message
 
-    speeds: list[float] = []
-    notes: list[str] = []
-    tokens = 0
+    result = Result(f"tg{n_gen}", 0, [])
     for _ in range(reps):
         msg = Message("user", f"{rng.randrange(10**9)} Write a long story about a lighthouse.")
         final = _last(_threads_seen(engine.chat(
-            [msg], ChatOptions(max_tokens=n_gen, ignore_eos=True, seed=1)), notes))
-        if final.stats.decode_seconds > 0:
-            speeds.append(final.stats.decode_tok_s)
-            tokens = final.stats.generated_tokens
-    return Result(f"tg{n_gen}", tokens, speeds, notes)
+            [msg], ChatOptions(max_tokens=n_gen, ignore_eos=True, seed=1)), result.threads))
+        s = final.stats
+        if s.decode_seconds > 0:
+            result.tok_s.append(s.decode_tok_s)
+            result.tokens = s.generated_tokens
+        result.draft_steps += s.draft_steps
+        result.drafted += s.drafted_tokens
+        result.accepted += s.accepted_tokens
+    return result
 
 
 def _threads_seen(chunks, notes: list[str]):
@@ -263,11 +286,17 @@ def _json(choice, size: int, args: argparse.Namespace, run) -> dict:
         "n_gpu_layers": plan.n_gpu_layers, "n_ctx": info.n_ctx, "cpu_moe": plan.cpu_moe,
         "n_cpu_moe": plan.n_cpu_moe, "flash_attn": plan.flash_attn, "kv_type": plan.kv_type,
         "rpc_servers": list(plan.rpc_servers), "rpc_layers": list(plan.rpc_layers),
-        "worker": not args.in_process,
+        "worker": not args.in_process, "draft": plan.draft,
         "results": [{"test": r.test, "tokens": r.tokens, "tok_s": round(r.mean, 2),
                      "stdev": round(r.stdev, 2), "runs": [round(x, 2) for x in r.tok_s]}
+                    | ({"draft": r.draft_json()} if _drafts(plan, r) else {})
                     for r in results],
     }
+
+
+def _drafts(plan, result: Result) -> bool:
+    """Whether a row says what drafts did: the tg rows of a plan that drafts."""
+    return plan.draft != "off" and result.test.startswith("tg")
 
 
 def record_speed(choice, sel, tok_s: float) -> None:
@@ -299,12 +328,16 @@ def record_speed(choice, sel, tok_s: float) -> None:
 def _table(name: str, size: int | None, runs) -> str:
     size_s = f"{size / 1024**3:.2f} GiB" if size else "-"
     head = ["model", "size", "backend", "placement", "threads", "test", "t/s"]
+    drafting = any(plan.draft != "off" for plan, _, _ in runs)
+    if drafting:  # accepted tokens per step that verified a draft, accepted/drafted
+        head.append("draft")
     rows = []
     for plan, info, results in runs:
         threads = str(plan.n_threads) if plan.backend == "llama.cpp" else "-"
         where = info.placement if plan.rpc_servers else plan.placement
-        rows += [[name, size_s, info.backend, where, threads, r.test,
-                  f"{r.mean:.2f} ± {r.stdev:.2f}"] for r in results]
+        rows += [[name, size_s, info.backend, where, threads, r.test, f"{r.mean:.2f} ± {r.stdev:.2f}"]
+                 + ([r.draft_cell() if _drafts(plan, r) else "-"] if drafting else [])
+                 for r in results]
     return markdown_table(head, rows)
 
 

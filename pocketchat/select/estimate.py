@@ -110,17 +110,22 @@ class MemoryNeed:
     checkpoints: int = 0  # copies of the recurrent state the prompt cache keeps (RAM)
     repacked: int = 0  # of `weights`: held as llama.cpp's repacked copy, in anonymous memory
     cold: int = 0  # file pages a load maps and reads that decoding never reads again
+    # copies of the recurrent state drafting keeps per sequence (llama.cpp's n_rs_seq), held
+    # where the state is: a rejected draft is rolled back to one
+    snapshots: int = 0
 
     @property
     def total(self) -> int:
         """What the load needs resident to decode at full speed."""
-        return self.weights + self.kv_cache + self.state + self.compute + self.overhead + self.checkpoints
+        return (self.weights + self.kv_cache + self.state + self.snapshots + self.compute
+                + self.overhead + self.checkpoints)
 
     @property
     def per_sequence(self) -> int:
         """What each more sequence decoded at once (serve --parallel) adds: its KV cache at
-        this context, its recurrent state and its prompt cache's checkpoints."""
-        return self.kv_cache + self.state + self.checkpoints
+        this context, its recurrent state (and drafting's snapshots of it) and its prompt
+        cache's checkpoints."""
+        return self.kv_cache + self.state + self.snapshots + self.checkpoints
 
     @property
     def host(self) -> int:
@@ -167,10 +172,11 @@ def compute_bytes(facts: ModelFacts, n_ctx: int, *, on_gpu: bool, n_batch: int =
 
 def need_from_facts(facts: ModelFacts, n_ctx: int, *, on_gpu: bool = False, kv_type: str = "f16",
                     n_batch: int = N_BATCH, checkpoints: int = MAX_CHECKPOINTS,
-                    repack: frozenset[int] = frozenset()) -> MemoryNeed:
+                    repack: frozenset[int] = frozenset(), snapshots: int = 0) -> MemoryNeed:
     """Weights + KV cache + recurrent state + compute + runtime + `checkpoints` copies of the
     state, from the header's facts. `repack`: the ggml types llama.cpp repacks on this CPU
-    (select/repack.py); on the CPU those weights become anonymous memory."""
+    (select/repack.py); on the CPU those weights become anonymous memory. `snapshots`: the
+    state's copies drafting keeps (the plan's draft depth; 0: no drafts)."""
     ctx = effective_ctx(facts, n_ctx)
     elem = KV_ELEM_BYTES.get(kv_type.lower(), 2.0)
     repacked = 0 if on_gpu else repacked_bytes(facts.weight_type_bytes, repack)
@@ -183,6 +189,7 @@ def need_from_facts(facts: ModelFacts, n_ctx: int, *, on_gpu: bool = False, kv_t
         checkpoints=checkpoint_bytes(facts.recurrent_state_bytes, checkpoints),
         repacked=repacked,
         cold=repacked + facts.embedding_bytes,
+        snapshots=max(snapshots, 0) * facts.recurrent_state_bytes,
     )
 
 
@@ -222,15 +229,17 @@ def build_from_facts(facts: ModelFacts, name: str, *, repo_id: str = "", filenam
 
 
 def memory_need(build: Build, n_ctx: int, *, on_gpu: bool = False, checkpoints: int = MAX_CHECKPOINTS,
-                n_batch: int = N_BATCH, repack: frozenset[int] = frozenset()) -> MemoryNeed:
-    """Weights + KV cache + recurrent state + compute buffers + runtime overhead + checkpoints.
+                n_batch: int = N_BATCH, repack: frozenset[int] = frozenset(),
+                snapshots: int = 0) -> MemoryNeed:
+    """Weights + KV cache + recurrent state + compute buffers + runtime overhead + checkpoints
+    (+ `snapshots` copies of the recurrent state for drafting: the draft depth, 0 without).
 
     `n_batch` counts only with the header's facts: the offline fallback's compute figure is a
     measured constant. `repack`: the types llama.cpp repacks on this CPU (`repack.repacked_types`);
     without the header, a POCKET build's share of each type comes from its quant."""
     if build.facts is not None:
         return need_from_facts(build.facts, n_ctx, on_gpu=on_gpu, checkpoints=checkpoints, n_batch=n_batch,
-                               repack=repack)
+                               repack=repack, snapshots=snapshots)
     state = RECURRENT_STATE_BYTES if build.expert_fraction > 0 else 0
     repacked = 0 if on_gpu else repacked_bytes(pocket_type_bytes(build.quant, build.size_bytes), repack)
     return MemoryNeed(
@@ -242,6 +251,7 @@ def memory_need(build: Build, n_ctx: int, *, on_gpu: bool = False, checkpoints: 
         checkpoints=checkpoint_bytes(state, checkpoints),
         repacked=repacked,
         cold=repacked,
+        snapshots=max(snapshots, 0) * state,
     )
 
 

@@ -21,7 +21,7 @@ from pocketchat.select.ladder import (CTX_STEPS, DEFAULT_CTX, MIN_CTX, SMALLEST_
                                       context_steps, gave_up, ladder)
 from pocketchat.select.measured import Calibration
 from pocketchat.select.place import Fit, placements, sequences_that_fit
-from pocketchat.types import (MAX_PROMPT_CACHE_BYTES, MAX_PROMPT_CACHE_DISK_BYTES,
+from pocketchat.types import (DRAFT_DEPTH, MAX_PROMPT_CACHE_BYTES, MAX_PROMPT_CACHE_DISK_BYTES,
                               MIN_FREE_DISK_BYTES, PROMPT_CACHE_DISK_SHARE, PROMPT_CACHE_SHARE,
                               Build, Candidate, HardwareProfile, LoadPlan, Recommendation,
                               Sampling)
@@ -71,13 +71,30 @@ class Choice:
     note: str | None = None  # the requested context was lowered to the model's
 
 
+def draft_snapshots(build: Build, draft: str = "off") -> int:
+    """The recurrent-state copies per sequence that drafts (`--draft`) make this build keep:
+    the draft depth on llama.cpp for a model with a recurrent state (its rollback), else 0 (no
+    drafts; an attention-only model cuts its KV back; MLX runs no drafts)."""
+    if draft == "off" or build.format == "mlx":
+        return 0
+    return DRAFT_DEPTH if est.pocket_facts(build).recurrent_state_bytes > 0 else 0
+
+
+def plan_draft(build: Build, step: Step, draft: str = "off") -> str:
+    """The drafts a plan at this step runs: those asked for, but off on MLX (its hybrid cache
+    cannot be cut back to a draft's accepted part) and where the step traded their snapshots."""
+    if build.format == "mlx" or (draft_snapshots(build, draft) and not step.snapshots):
+        return "off"
+    return draft
+
+
 def choose(build: Build, budget: Budget | HardwareProfile, backend: str | None,
-           requested: int | None = None, model_max: int | None = None) -> Choice:
+           requested: int | None = None, model_max: int | None = None, draft: str = "off") -> Choice:
     """Walk the ladder: the first step with a placement that fits, the fastest such placement."""
     budget = Budget.of(budget)
     if model_max is None and build.facts is not None:
         model_max = build.facts.context_length
-    steps, note = ladder(requested, model_max)
+    steps, note = ladder(requested, model_max, snapshots=draft_snapshots(build, draft))
     for step in steps:
         tried = placements(build, budget, step, backend)
         found = next((f for f in tried if f.fits), None)
@@ -115,9 +132,10 @@ def prompt_cache_disk_budget(free_bytes: int | None) -> int:
 
 def make_plan(build: Build, fit: Fit, step: Step | int, budget: Budget | HardwareProfile,
               sampling: Sampling | None = None, threads: int | None = None,
-              notes: tuple[str, ...] = ()) -> LoadPlan:
+              notes: tuple[str, ...] = (), draft: str = "off") -> LoadPlan:
     """The load plan for a placement at a step of the ladder (pooled: the helpers' layers too);
-    `threads`: --threads, else the count `plan_threads` picks for this build."""
+    `threads`: --threads, else the count `plan_threads` picks for this build; `draft`: the
+    drafts asked for, off on MLX and where the step gave up their snapshots."""
     budget = Budget.of(budget)
     step = step if isinstance(step, Step) else Step(step)
     n = plan_threads(build, fit, budget, threads)
@@ -137,6 +155,7 @@ def make_plan(build: Build, fit: Fit, step: Step | int, budget: Budget | Hardwar
         prompt_cache_disk_bytes=prompt_cache_disk_budget(budget.machine.disk_free_bytes),
         sampling=sampling or defaults.sampling("pocket"),
         notes=notes,
+        draft=plan_draft(build, step, draft),
     )
     if fit.split is None:
         return replace(plan, serve_parallel=sequences_that_fit(build, budget, step, fit,
@@ -211,18 +230,20 @@ def _speed(build: Build, budget: Budget, fit: Fit, threads: int,
 def judge(build: Build, budget: Budget | HardwareProfile, *, lang: str = "en", n_ctx: int | None = None,
           backend: str | None = None, downloaded: bool = False, forced: bool = False,
           threads: int | None = None, speeds: Calibration | None = None,
-          model_max: int | None = None, sampling: Sampling | None = None) -> Candidate:
+          model_max: int | None = None, sampling: Sampling | None = None,
+          draft: str = "off") -> Candidate:
     """One build against one budget: does it fit, how to load it, what it gave up, and why.
 
     `speeds`: this machine's measured runs (a measured figure, or calibrated estimates);
     `model_max`: the context the model was trained for (default: its header's, when known);
-    `forced`: the user named it, so it is judged even when not offered for this language."""
+    `forced`: the user named it, so it is judged even when not offered for this language;
+    `draft`: the drafts asked for (`--draft`), traded before the context when memory is short."""
     budget = Budget.of(budget)
     profile = budget.machine
     if budget.pooled:
         backend = "llama.cpp"
     why_not = None if forced else eligibility(build, budget, lang, backend)
-    c = choose(build, budget, backend, n_ctx, model_max)
+    c = choose(build, budget, backend, n_ctx, model_max, draft)
     fit = c.fit
     memory = fit.memory if fit else (c.tried[-1].memory if c.tried else est.memory_need(build, c.step.n_ctx).total)
     disk_short = (
@@ -234,7 +255,8 @@ def judge(build: Build, budget: Budget | HardwareProfile, *, lang: str = "en", n
     plan = None
     if fit is not None:
         notes = tuple(n for n in (c.note, _gave_up_note(lost)) if n)
-        plan = make_plan(build, fit, c.step, budget, sampling=sampling, threads=threads, notes=notes)
+        plan = make_plan(build, fit, c.step, budget, sampling=sampling, threads=threads, notes=notes,
+                         draft=draft)
     n_threads = plan.n_threads if plan is not None else defaults.threads(profile, threads)
     speed, label, bound = _speed(build, budget, fit, n_threads, speeds) if fit else (None, "estimate", "")
     fits = fit is not None and not disk_short
@@ -309,11 +331,12 @@ def rank(budget: Budget | HardwareProfile, cands: Iterable[Candidate], lang: str
 def plan(profile: Budget | HardwareProfile, builds: Iterable[Build], *, lang: str = "en",
          n_ctx: int | None = None, backend: str | None = None, threads: int | None = None,
          downloaded: frozenset[str] | set[str] = frozenset(),
-         speeds: Calibration | None = None) -> Recommendation:
+         speeds: Calibration | None = None, draft: str = "off") -> Recommendation:
     """Rank every build for this budget; the recommendation is the best-scoring one that fits."""
     check_request(lang=lang, n_ctx=n_ctx, threads=threads)
     return rank(profile, (judge(b, profile, lang=lang, n_ctx=n_ctx, backend=backend, threads=threads,
-                                downloaded=b.id in downloaded, speeds=speeds) for b in builds), lang)
+                                downloaded=b.id in downloaded, speeds=speeds, draft=draft)
+                          for b in builds), lang)
 
 
 def _why_best(best: Candidate, usable: list[Candidate]) -> str:
@@ -357,14 +380,14 @@ def file_build(size_bytes: int, *, backend: str = "llama.cpp", name: str = "mode
 def plan_for_file(budget: Budget | HardwareProfile, size_bytes: int, *, n_ctx: int | None = None,
                   backend: str = "llama.cpp", max_ctx: int | None = None, starter: bool = False,
                   threads: int | None = None, name: str = "model",
-                  facts: ModelFacts | None = None) -> LoadPlan:
+                  facts: ModelFacts | None = None, draft: str = "off") -> LoadPlan:
     """A load plan for a model outside the catalog (a local file, the starter model), judged
     like a catalog build; `max_ctx` is the context the model was trained for, when its header
     says; `facts`, the GGUF header's facts, make the estimate exact for this model."""
     check_request(n_ctx=n_ctx, threads=threads)
     build = file_build(size_bytes, backend=backend, name=name, facts=facts)
     cand = judge(build, budget, n_ctx=n_ctx, backend=backend, downloaded=True, forced=True,
-                 threads=threads, model_max=max_ctx,
+                 threads=threads, model_max=max_ctx, draft=draft,
                  sampling=defaults.sampling("starter" if starter else "file"))
     if cand.plan is None:
         raise ModelTooLarge(

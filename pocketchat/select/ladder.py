@@ -2,6 +2,9 @@
 
 A plan tries `ladder(...)` best first and takes the first step that fits:
 
+0. with drafts asked for (`--draft auto|ngram`) on a model whose rollback copies a recurrent
+   state (a hybrid on llama.cpp): the first context with drafting's snapshots of that state,
+   then the same context without them (drafts off): drafts go before any context does;
 1. the context: the requested one, else 8192 and the smaller steps down to 2048 (never more
    than the model was trained for), with everything else in full;
 2. then the same contexts with fewer prompt-cache checkpoints of a recurrent state (3, 2, 1:
@@ -10,7 +13,7 @@ A plan tries `ladder(...)` best first and takes the first step that fits:
 4. then smaller prompt batches (slower prompt reading, smaller compute buffers).
 
 Steps 2 to 4 are trades: a build that fits only by one ranks after every build that fits
-without. `gave_up(step, top)` says in words what a step gave up against the best one.
+without (drafts off, like a smaller context, is not: it is no memory the build needs). `gave_up(step, top)` says in words what a step gave up against the best one.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ class Step:
     n_ctx: int
     checkpoints: int = MAX_CHECKPOINTS
     n_batch: int = N_BATCH
+    snapshots: int = 0  # recurrent-state copies drafting keeps per sequence (0: drafts off)
 
     @property
     def traded(self) -> bool:
@@ -56,10 +60,13 @@ def context_steps(requested: int | None, model_max: int | None = None) -> tuple[
     return steps, note
 
 
-def ladder(requested: int | None, model_max: int | None = None) -> tuple[list[Step], str | None]:
-    """Every step to try, best first (see the module's docstring), and the context note."""
+def ladder(requested: int | None, model_max: int | None = None, *,
+           snapshots: int = 0) -> tuple[list[Step], str | None]:
+    """Every step to try, best first (see the module's docstring), and the context note.
+    `snapshots`: the recurrent-state copies drafts need (0: no drafts, or they cost nothing)."""
     ctxs, note = context_steps(requested, model_max)
-    steps = [Step(c) for c in ctxs]
+    steps = [Step(ctxs[0], snapshots=snapshots)] if snapshots > 0 else []
+    steps += [Step(c) for c in ctxs]
     steps += [Step(c, k) for c in ctxs for k in FEWER_CHECKPOINTS]
     steps += [Step(c, 0) for c in ctxs]
     steps += [Step(c, 0, b) for c in ctxs for b in SMALLER_BATCHES]
@@ -69,6 +76,8 @@ def ladder(requested: int | None, model_max: int | None = None) -> tuple[list[St
 def gave_up(step: Step, top: Step, *, recurrent: bool = True) -> tuple[str, ...]:
     """What `step` gives up against `top`, in words (nothing: the same)."""
     lost: list[str] = []
+    if step.snapshots < top.snapshots:
+        lost.append(f"drafts (off: their {top.snapshots} recurrent-state snapshots per sequence)")
     if step.n_ctx < top.n_ctx:
         lost.append(f"context {step.n_ctx} (not {top.n_ctx})")
     if recurrent and step.checkpoints < top.checkpoints:

@@ -63,7 +63,8 @@ def sequences_that_fit(build: Build, budget: Budget, step: Step, fit: Fit, *,
         room = gpu_budget(gpu, profile) - fit.memory
     else:
         return 1
-    need = est.memory_need(build, step.n_ctx, checkpoints=step.checkpoints, n_batch=step.n_batch)
+    need = est.memory_need(build, step.n_ctx, checkpoints=step.checkpoints, n_batch=step.n_batch,
+                           snapshots=step.snapshots)
     per = max(need.per_sequence, 1)
     return max(1, min(most, 1 + room // per))
 
@@ -74,7 +75,7 @@ def placements(build: Build, budget: Budget, step: Step, backend: str | None) ->
         return [pooled(build, budget, step)]
     profile = budget.machine
     need = est.memory_need(build, step.n_ctx, checkpoints=step.checkpoints, n_batch=step.n_batch,
-                           repack=repacked_types(profile))
+                           snapshots=step.snapshots, repack=repacked_types(profile))
     total = need.total
     gpu = main_gpu(profile)
     ram = cpu_budget(profile)
@@ -98,7 +99,8 @@ def _gpu_options(build: Build, profile: HardwareProfile, gpu: GPU, step: Step, r
     """All layers on the GPU; else the fewest expert layers in RAM that make the rest fit."""
     budget = gpu_budget(gpu, profile)
     label = "Metal budget" if gpu.vendor == "apple" else f"free on the {gpu.name}"
-    need = est.memory_need(build, step.n_ctx, on_gpu=True, checkpoints=step.checkpoints, n_batch=step.n_batch)
+    need = est.memory_need(build, step.n_ctx, on_gpu=True, checkpoints=step.checkpoints, n_batch=step.n_batch,
+                           snapshots=step.snapshots)
     vram = need.total - need.host
     options = [Fit("gpu", -1, False, need.total, vram <= budget and need.host <= ram,
                    f"{fmt_gb(budget)} {label}")]
@@ -127,7 +129,7 @@ def split_layers(need: est.MemoryNeed, n_layers: int, budgets: Sequence[int]) ->
     This machine keeps the runtime, the checkpoints and a compute buffer; each helper a compute buffer.
     `fits` is False when the layers do not fit the pool (the split is then still proportional).
     """
-    per_layer = (need.weights + need.kv_cache + need.state) / max(n_layers, 1)
+    per_layer = (need.weights + need.kv_cache + need.state + need.snapshots) / max(n_layers, 1)
     fixed = [need.compute + need.host] + [need.compute] * (len(budgets) - 1)
     caps = [max(int((b - f) // per_layer), 0) if per_layer else n_layers for b, f in zip(budgets, fixed)]
     total_cap = sum(caps)
@@ -146,7 +148,8 @@ def split_layers(need: est.MemoryNeed, n_layers: int, budgets: Sequence[int]) ->
 
 def pooled(build: Build, budget: Budget, step: Step) -> Fit:
     """This machine's RAM and the helpers' memory, the layers split between them."""
-    need = est.memory_need(build, step.n_ctx, checkpoints=step.checkpoints, n_batch=step.n_batch)
+    need = est.memory_need(build, step.n_ctx, checkpoints=step.checkpoints, n_batch=step.n_batch,
+                           snapshots=step.snapshots)
     budgets = budget.device_budgets()
     s = split_layers(need, est.pocket_facts(build).block_count, budgets)
     used = (f"the pool: {fmt_gb(s.memory[0])} here + " + " + ".join(fmt_gb(m) for m in s.memory[1:])

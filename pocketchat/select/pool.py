@@ -54,14 +54,14 @@ class PoolAdvice:
 def advise(profile: HardwareProfile, helpers: Sequence[Helper], builds: Iterable[Build], *,
            lang: str = "en", n_ctx: int | None = None, backend: str | None = None,
            threads: int | None = None,
-           downloaded: frozenset[str] | set[str] = frozenset()) -> PoolAdvice:
+           downloaded: frozenset[str] | set[str] = frozenset(), draft: str = "off") -> PoolAdvice:
     """What pooling with `helpers` buys over this machine alone, and whether it pays."""
     builds = list(builds)
     alone = fit.plan(profile, builds, lang=lang, n_ctx=n_ctx, backend=backend, threads=threads,
-                     downloaded=downloaded)
+                     downloaded=downloaded, draft=draft)
     ggufs = [b for b in builds if b.format == "gguf" and backend in (None, "llama.cpp")]
     pooled = fit.plan(Budget(profile, tuple(helpers)), ggufs, lang=lang, n_ctx=n_ctx, threads=threads,
-                      downloaded=downloaded)
+                      downloaded=downloaded, draft=draft)
     worth, verdict = _verdict(alone, pooled.recommended, lang)
     return PoolAdvice(tuple(helpers), alone, pooled.recommended, pooled.candidates, worth, verdict)
 

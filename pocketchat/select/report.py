@@ -41,6 +41,20 @@ def llama_cpp_command(c: Candidate) -> str | None:
     return cmd
 
 
+MLX_DRAFTS = ("drafts: off on MLX (its hybrid cache cannot be cut back to a draft's accepted "
+              "tokens); --draft runs on llama.cpp")
+
+
+def draft_line(c: Candidate) -> str:
+    """The plan's drafts, where they are worth a line: why an MLX plan runs none, and the
+    drafts a llama.cpp plan runs (`--draft auto|ngram`); '' for a plan without drafts."""
+    if c.plan is None:
+        return ""
+    if c.build.format == "mlx":
+        return MLX_DRAFTS
+    return f"drafts: {c.plan.draft} (up to {c.plan.draft_depth} tokens a step)" if c.plan.draft != "off" else ""
+
+
 def _tok_s(c: Candidate) -> str:
     return f"~{c.estimated_decode_tok_s:.0f}" if c.estimated_decode_tok_s is not None else "-"
 
@@ -52,6 +66,8 @@ def format_recommendation(rec: Recommendation) -> str:
         lines.append(f"Recommended: {r.build.id} ({fmt_gb(r.build.size_bytes)}, {r.build.quant}, {r.build.backend})")
         lines.append(f"  placement: {r.plan.describe()}; context {r.plan.n_ctx}; "
                      f"~{r.estimated_decode_tok_s:.0f} tok/s ({r.speed_source})")
+        if drafts := draft_line(r):
+            lines += _wrap(f"  {drafts}", "          ")
         if r.plan.serve_parallel > 1:
             lines.append(f"  serve: {r.plan.serve_parallel} answers at once (--parallel), each "
                          f"with its own {r.plan.n_ctx}-token context")

@@ -103,3 +103,9 @@ def thinking_figure(tokens: int, budget: int | None) -> str:
     """The status bar's thinking figure: 'think 412/576' against the budget, 'think 412'
     without one."""
     return f"think {tokens:,}/{budget:,}" if budget else f"think {tokens:,}"
+
+
+def draft_figure(tokens_per_step: float) -> str:
+    """The status bar's drafting figure: 'draft 2.4/step', the tokens a step that verified a
+    draft emitted on average (its accepted drafted tokens and one); '' when no step did."""
+    return f"draft {tokens_per_step:.1f}/step" if tokens_per_step > 0 else ""

@@ -20,7 +20,9 @@ from pocketchat.ui.answer import AnswerView  # noqa: F401 - a message widget lik
 from pocketchat.ui.fitline import Part, fit
 from pocketchat.ui.follow import Follower
 from pocketchat.ui.fitline import plain as fitted_text
-from pocketchat.ui.format import compact_count, human_bytes, human_duration, meter, thinking_figure
+from pocketchat.ui.format import (
+    compact_count, draft_figure, human_bytes, human_duration, meter, thinking_figure,
+)
 
 
 PLACEMENT_WORDS = {"cpu": "CPU", "gpu": "GPU, all layers", "gpu+cpu-experts": "GPU + experts on CPU"}
@@ -215,6 +217,7 @@ class StatusFigures:
     threads_note: str = ""  # the CPU threads moved: '1 of 2 threads: the machine is busy'
     thinking_tokens: int = 0  # of the answer's thought so far (the engine's count)
     thinking_budget: int | None = None  # the budget the thought is held to (None: none)
+    draft_per_step: float = 0.0  # tokens per step that verified a draft (0: no such step)
 
 
 def context_level(used: int, limit: int) -> str:
@@ -291,6 +294,8 @@ def status_parts(f: StatusFigures, level: str) -> list[Part]:
         thinking = f.state.startswith(("Thinking", "Ending the thought"))
         parts.append(Part.of(thinking_figure(f.thinking_tokens, f.thinking_budget),
                              45 if thinking else 15))
+    if drafted := draft_figure(f.draft_per_step):  # accepted drafts: what a step emitted
+        parts.append(Part.of(drafted, 25))
     tokens = f.tokens or 0
     parts.append(Part.of(f"{tokens} tokens", 50 if tokens else 10))
     if f.context_limit:
@@ -327,4 +332,5 @@ def figures_from_stats(
         threads_note=stats.threads_note,
         thinking_tokens=stats.thinking_tokens,
         thinking_budget=thinking_budget,
+        draft_per_step=stats.tokens_per_step,
     )

@@ -38,6 +38,9 @@ class Reply:
     error: str | None = None
     context_used: int | None = None
     dropped_messages: int = 0
+    # Drafts (`--draft`): each step that verified a draft emitted this many tokens on average
+    # (accepted drafted tokens and one); 0: no draft step ran.
+    draft_per_step: float = 0.0
 
 
 @dataclass
@@ -132,6 +135,7 @@ class ScriptedEngine:
 
     def _stats(self, prompt_tokens: int, n: int, reply: Reply) -> Stats:
         used = reply.context_used if reply.context_used is not None else prompt_tokens + n
+        steps = round(n / reply.draft_per_step) if reply.draft_per_step else 0
         return Stats(
             prompt_tokens=prompt_tokens,
             prompt_seconds=0.1,
@@ -143,6 +147,7 @@ class ScriptedEngine:
             dropped_messages=reply.dropped_messages,
             thinking_tokens=getattr(self, "_thought", (0, ""))[0],
             thinking_end=getattr(self, "_thought", (0, ""))[1],  # type: ignore[arg-type]
+            draft_steps=steps, drafted_tokens=4 * steps, accepted_tokens=n - steps if steps else 0,
         )
 
     def cancel(self) -> None:
