@@ -145,6 +145,8 @@ def test_a_thought_streaming_folded_with_its_figures(snap_compare):
         await send(pilot, "Show me a Python function that adds two numbers.")
         await wait_for(pilot, engine.held.is_set)
         await wait_for(pilot, lambda: "think 24/64" in pilot.app.query_one("#status").plain)
+        await wait_for(pilot, lambda: any("24 tokens" in str(box.title)  # the title's own update
+                                          for box in pilot.app.query("Collapsible.thinking")))
         await pilot.pause(0.2)
 
     try:
