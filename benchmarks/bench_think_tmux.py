@@ -44,7 +44,7 @@ def answer_started(screen: str) -> bool:
     if at is None:
         return False
     for line in lines[at + 1:]:
-        text = line.strip(" ▏▕│┃|")
+        text = line.strip(" ▏▕│┃|█")
         if not text:
             continue
         # the prompt box, the status bar and the key bar close the log
@@ -71,6 +71,7 @@ def one(tmux: Tmux, question: str, press_after: float | None, timeout: float) ->
             marks["ended"], marks["tokens"], marks["how"] = now, t.group(1), t.group(3).strip(" ·")
         if "title" in marks and answer_started(screen):
             marks["answer"] = now
+            marks["screen"] = screen
             marks.setdefault("tokens", t.group(1) if t else "?")
             break
         if press_after is not None and pressed is None and now >= press_after:
@@ -79,7 +80,7 @@ def one(tmux: Tmux, question: str, press_after: float | None, timeout: float) ->
         time.sleep(0.1)
     marks["budget"] = budget
     marks["pressed"] = pressed
-    marks["screen"] = tmux.screen()
+    marks.setdefault("screen", tmux.screen())
     return marks
 
 
@@ -90,6 +91,7 @@ def main() -> int:
     ap.add_argument("--press-after", type=float, default=5.0)
     ap.add_argument("--timeout", type=float, default=900.0)
     ap.add_argument("--think", default="on", help="--think for the chat (default: on)")
+    ap.add_argument("--show", action="store_true", help="print the screen as each answer began")
     args = ap.parse_args()
     home = Path(tempfile.mkdtemp(prefix="think-tmux-"))
     env = {"POCKETCHAT_DATA_DIR": str(home / "data"), "PYTHONPATH": str(REPO),
@@ -117,13 +119,17 @@ def main() -> int:
             if "answer" not in marks:
                 print(f"{label}: no answer on screen after {args.timeout:.0f} s:\n{marks['screen']}")
                 return 1
-            tmux.wait(lambda s: s[0] in ("Ready", "Stopped"), args.timeout, "the answer to end")
+            tmux("send-keys", "-t", "app", "Escape")  # measured: the rest of the answer is not
+            tmux.wait(lambda s: s[0] in ("Ready", "Stopped"), 120, "the answer to stop")
         print(f"{'':<22} {'title':>7} {'ended':>7} {'answer':>7}  thought")
         for label, m in rows:
             ended = f"{m['ended']:7.1f}" if "ended" in m else "      -"
             print(f"{label:<22} {m['title']:7.1f} {ended} {m['answer']:7.1f}  {m['tokens']} tokens"
                   f" of a budget of {m['budget'] or '?'} ({m.get('how', 'ended by itself')})")
         print("(seconds from Enter: the thought's title on screen, its end, the answer's first word)")
+        if args.show:
+            for label, m in rows:
+                print(f"--- {label}: the screen when the answer began ---\n{m['screen']}")
     finally:
         try:
             tmux("send-keys", "-t", "app", "C-q")

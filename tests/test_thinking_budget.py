@@ -178,3 +178,41 @@ def test_end_thinking_outside_a_thought_changes_nothing(model):
         done.set()
     finally:
         eng.close()
+
+
+def test_mlx_closes_a_thought_the_tiny_qwen35_moe_never_ends(tmp_path):
+    """On MLX with POCKET's architecture family (the tiny `qwen3_5_moe`, a Qwen3.6-like template
+    whose generation prompt opens the thought): its random weights never write `</think>`, so
+    only the budget ends the thought; the answer follows within the budget plus the closing,
+    and the next turn reads only its new message."""
+    pytest.importorskip("mlx_lm")
+    import json
+
+    from support.mlx_fixture import write_tiny_qwen35_moe
+    from pocketchat.engines.mlx.engine import MlxEngine
+
+    folder = write_tiny_qwen35_moe(tmp_path / "tiny-qwen35-moe-mlx")
+    config = folder / "tokenizer_config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "chat_template": QWEN36_TEMPLATE}))
+    eng = MlxEngine(LoadPlan(backend="mlx", placement="cpu", n_gpu_layers=0, n_ctx=1024,
+                             n_threads=2, n_threads_batch=2), folder)
+    try:
+        close = len(closing_tokens(eng, CLOSING_LINE))
+        budget = 12
+        text, thought, chunks = answer(eng, ASK, thinking_budget=budget,
+                                       max_tokens=budget + close + 16)
+        final = chunks[-1]
+        assert final.stats.thinking_end == "budget"
+        assert final.stats.thinking_tokens <= budget + close
+        assert thought.rstrip().endswith(CLOSING_LINE)
+        assert final.stats.generated_tokens > final.stats.thinking_tokens  # the answer followed
+        history = ASK + [Message("assistant", text, reasoning=thought)]
+        follow = history + [Message("user", "And the sky?")]
+        whole = eng._encode(eng.render(follow, True))
+        held = eng.history_tokens(history, True)  # what the settled state holds
+        assert whole[: len(held)] == held
+        again = list(eng.chat(follow, ChatOptions(temperature=0, max_tokens=4,
+                                                  thinking_budget=budget)))[-1]
+        assert again.stats.prompt_tokens == len(whole) - len(held)  # the new message only
+    finally:
+        eng.close()
