@@ -25,6 +25,7 @@ from pocketchat.commands.mdtable import markdown_table
 from pocketchat.commands.statusline import StatusLine
 from pocketchat.commands.turns import WORDS
 from pocketchat.commands.turns import final_chunk as _last
+from pocketchat.engines.types import tokens_per_step
 from pocketchat.textsafe import visible
 
 
@@ -42,7 +43,7 @@ class Result:
     @property
     def tokens_per_step(self) -> float:
         """Tokens a verifying step emitted on average (accepted drafts + one); 0: none ran."""
-        return (self.accepted + self.draft_steps) / self.draft_steps if self.draft_steps else 0.0
+        return tokens_per_step(self.draft_steps, self.accepted)
 
     def draft_cell(self) -> str:
         """The table's draft figure: '2.40/step (96/130 accepted)'; '-' when no step drafted."""

@@ -82,6 +82,12 @@ class ChatOptions:
     # text is not repeated in the chunks).
 
 
+def tokens_per_step(steps: int, accepted: int) -> float:
+    """Tokens a verifying step emitted on average: its accepted drafts and the one token it
+    samples after them (a correction or a bonus); 0 when no step verified a draft."""
+    return (accepted + steps) / steps if steps else 0.0
+
+
 @dataclass(frozen=True)
 class Stats:
     """Figures for the answer so far, from the runtime's own counters.
@@ -121,7 +127,7 @@ class Stats:
     @property
     def tokens_per_step(self) -> float:
         """Tokens a verifying step emitted on average (accepted drafts + one); 0: no drafts."""
-        return (self.accepted_tokens + self.draft_steps) / self.draft_steps if self.draft_steps else 0.0
+        return tokens_per_step(self.draft_steps, self.accepted_tokens)
 
     @property
     def evaluated_tokens(self) -> int:

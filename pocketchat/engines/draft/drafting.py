@@ -16,6 +16,7 @@ from typing import Any, Collection, Sequence
 from pocketchat.engines.draft.ngram import NgramDrafter
 from pocketchat.engines.draft.policy import CostStore, DraftPolicy
 from pocketchat.engines.draft.verify import accept
+from pocketchat.engines.types import tokens_per_step
 
 
 @dataclass
@@ -29,7 +30,7 @@ class DraftFigures:
     @property
     def per_step(self) -> float:
         """Tokens emitted per verifying step (accepted drafts + the correction)."""
-        return (self.accepted + self.steps) / self.steps if self.steps else 0.0
+        return tokens_per_step(self.steps, self.accepted)
 
 
 @dataclass
