@@ -63,6 +63,8 @@ def test_status_bar_mid_stream(snap_compare):
         await send(pilot, "Show me a Python function that adds two numbers.")
         await wait_for(pilot, engine.held.is_set)
         await wait_for(pilot, lambda: "30 tokens" in pilot.app.query_one("#status").plain)
+        await wait_for(pilot, lambda: any("12 tokens" in str(box.title)  # the title's own update
+                                          for box in pilot.app.query("Collapsible.thinking")))
         await pilot.pause(0.2)
 
     assert snap_compare(app_with(engine), terminal_size=SIZE, run_before=mid_stream)
