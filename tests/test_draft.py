@@ -374,3 +374,22 @@ def test_acceptance_follows_the_text():
     for _ in range(30):
         acc.observe(4, 0)
     assert acc.rate < 0.15
+
+
+def test_a_noisy_figure_never_makes_a_draft_cheaper_than_a_plain_step():
+    """Steps of a few microseconds (a fake runtime, a tiny model) measure noise: a verifying
+    step timed faster than a plain one must not turn drafts on at zero acceptance."""
+    from pocketchat.engines.draft.policy import CostLearner, DraftPolicy
+
+    learner = CostLearner(4)
+    for _ in range(5):
+        learner.add(0, 2e-6)
+        learner.add(3, 1e-6)  # faster than a plain step: noise
+    curve = learner.curve()
+    assert all(b > a for a, b in zip(curve.seconds, curve.seconds[1:]))
+    policy = DraftPolicy(learner, k_max=4)
+    for step in range(40):
+        policy.record(3, 0, 1e-6)  # nothing ever accepted
+        if not policy.enabled:
+            break
+    assert not policy.enabled and step < 30, step

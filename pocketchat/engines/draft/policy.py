@@ -28,6 +28,10 @@ from typing import Any, Sequence
 K_MAX = 8  # the most drafted tokens one step verifies
 FILE_NAME = "draft-costs.json"
 PRIOR_SLOPE = 0.25  # before any figure: verifying k tokens costs 1 + 0.25 k plain steps
+# The least a verified token is taken to cost, in plain steps (its logits row, its sampling, the
+# rollback): a figure below it is timing noise (steps of a few microseconds), and a draft that
+# looked free would stay on at any acceptance above zero.
+MIN_SLOPE = 0.02
 MIN_SAMPLES = 3  # steps at one k before its own figure replaces the fitted one
 COST_DECAY = 0.9  # weight of the old figure per new step (a moving average of seconds)
 
@@ -127,13 +131,12 @@ class CostLearner:
             # least squares through (0, 1): ratio = 1 + s k
             num = sum(k * (r - 1) for k, r in pts)
             den = sum(k * k for k, _ in pts)
-            fitted_slope = max(num / den, 0.0)
+            fitted_slope = max(num / den, MIN_SLOPE)
         out = [plain]
         for k in range(1, self.k_max + 1):
-            if self.count[k] >= MIN_SAMPLES:
-                out.append(self.mean[k])
-            else:
-                out.append(plain * (1 + fitted_slope * k))
+            cost = self.mean[k] if self.count[k] >= MIN_SAMPLES else plain * (1 + fitted_slope * k)
+            # verifying more tokens never costs less than fewer, nor less than MIN_SLOPE each
+            out.append(max(cost, out[-1] + plain * MIN_SLOPE))
         return CostCurve(tuple(out))
 
     def to_json(self) -> dict[str, Any]:
