@@ -76,7 +76,8 @@ def test_a_length_cap_never_leaves_the_content_empty(engine, closing):
     for cap in (closing + 2, closing + 10, 200):
         text, _, chunks = answer(engine, ASK, max_tokens=cap)
         assert text, f"max_tokens={cap}: the thought ate the answer"
-        assert chunks[-1].stats.thinking_end == "budget"
+        # closed to leave the answer room, or where the model ended its turn inside it
+        assert chunks[-1].stats.thinking_end in ("budget", "model")
         assert chunks[-1].stats.generated_tokens <= cap
 
 

@@ -172,8 +172,8 @@ def steps(rt: Runtime, last: Sequence[int], *, max_new: int, room: Callable[[], 
         made += 1
         pending[:] = [] if ready else [tok]
         thinking = thought is not None and in_thinking()
-        if rt.is_end(tok):
-            forced = close("budget") if thinking else None
+        if rt.is_end(tok):  # the model ends its turn inside the thought: closed for it
+            forced = close("model") if thinking else None
             if forced is None:
                 yield Step(utf8.decode(b"", final=True), "stop")
                 return
