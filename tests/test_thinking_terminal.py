@@ -4,7 +4,6 @@ answer streams, Esc still stops), and the real CLI on the starter with `--think`
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -15,7 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from support.terminal import Tmux, command, starter_chat, wait_file
+from support import terminal
+from support.terminal import Tmux, starter_chat, wait_file
 
 pytestmark = [
     pytest.mark.slow,
@@ -29,20 +29,8 @@ TITLE = re.compile(r"Thinking · (\d+) tokens · ([\d.]+) s")
 
 
 def scripted_chat(tmp_path: Path, size=(100, 30)) -> tuple[Tmux, Path]:
-    spec = tmp_path / "reply.json"
-    spec.write_text(json.dumps({"text": ANSWER, "thinking": THOUGHT, "delay": 0.05,
-                                "thinking_budget": 1000}))
-    exit_file = tmp_path / "exit-code"
-    env = {var: os.environ[var] for var in ("POCKETCHAT_DATA_DIR", "POCKETCHAT_CACHE_DIR", "HOME", "PATH")
-           if var in os.environ}
-    env.update(PYTHONPATH=f"{REPO}:{REPO / 'tests'}", TERM="xterm-256color")
-    exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-    code = f"from support.uitools import run_scripted_chat; run_scripted_chat({str(spec)!r})"
-    line = (f"cd {shlex.quote(str(REPO))} && env -i {exports} {shlex.quote(sys.executable)} -c "
-            f"{shlex.quote(code)}; echo $? > {shlex.quote(str(exit_file))}; sleep 60")
-    tmux = Tmux()
-    tmux("new-session", "-d", "-s", "e2e", "-x", str(size[0]), "-y", str(size[1]), line)
-    return tmux, exit_file
+    return terminal.scripted_chat(tmp_path, {"text": ANSWER, "thinking": THOUGHT, "delay": 0.05,
+                                             "thinking_budget": 1000}, size)
 
 
 def test_the_thought_streams_folded_and_ctrl_t_brings_the_answer_in_a_terminal(tmp_path):

@@ -5,11 +5,8 @@ terminal while a prompt is read (the real CLI on the starter)."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import shlex
 import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -38,19 +35,7 @@ def answer_rows(screen: str) -> list[str]:
 
 def scripted_chat(tmp_path: Path, text: str, size: tuple[int, int], delay: float = 0.05) -> tuple[Tmux, Path]:
     """The real chat app in a tmux pane, on a scripted engine whose answer is `text`."""
-    spec = tmp_path / "reply.json"
-    spec.write_text(json.dumps({"text": text, "delay": delay}))
-    exit_file = tmp_path / "exit-code"
-    env = {var: os.environ[var] for var in ("POCKETCHAT_DATA_DIR", "POCKETCHAT_CACHE_DIR", "HOME", "PATH")
-           if var in os.environ}
-    env.update(PYTHONPATH=f"{REPO}:{REPO / 'tests'}", TERM="xterm-256color")
-    exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-    code = f"from support.uitools import run_scripted_chat; run_scripted_chat({str(spec)!r})"
-    line = (f"cd {shlex.quote(str(REPO))} && env -i {exports} {shlex.quote(sys.executable)} -c "
-            f"{shlex.quote(code)}; echo $? > {shlex.quote(str(exit_file))}; sleep 60")
-    tmux = Tmux()
-    tmux("new-session", "-d", "-s", "e2e", "-x", str(size[0]), "-y", str(size[1]), line)
-    return tmux, exit_file
+    return terminal.scripted_chat(tmp_path, {"text": text, "delay": delay}, size)
 
 
 @pytest.mark.parametrize("width", WIDTHS)

@@ -88,3 +88,23 @@ def starter_chat(tmp_path: Path, extra: str = "", size: tuple[int, int] = (110, 
         yield tmux, exit_file
     finally:
         tmux.kill()
+
+
+def scripted_chat(tmp_path: Path, reply: dict, size: tuple[int, int]) -> tuple[Tmux, Path]:
+    """The real chat app in a tmux pane on a scripted engine whose reply is `reply`
+    (`support.uitools.run_scripted_chat`'s spec: text, thinking, delay...); (tmux, exit file)."""
+    import json
+
+    spec = tmp_path / "reply.json"
+    spec.write_text(json.dumps(reply))
+    exit_file = tmp_path / "exit-code"
+    env = {var: os.environ[var] for var in ("POCKETCHAT_DATA_DIR", "POCKETCHAT_CACHE_DIR", "HOME", "PATH")
+           if var in os.environ}
+    env.update(PYTHONPATH=f"{REPO}:{REPO / 'tests'}", TERM="xterm-256color")
+    exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    code = f"from support.uitools import run_scripted_chat; run_scripted_chat({str(spec)!r})"
+    line = (f"cd {shlex.quote(str(REPO))} && env -i {exports} {shlex.quote(sys.executable)} -c "
+            f"{shlex.quote(code)}; echo $? > {shlex.quote(str(exit_file))}; sleep 60")
+    tmux = Tmux()
+    tmux("new-session", "-d", "-s", "e2e", "-x", str(size[0]), "-y", str(size[1]), line)
+    return tmux, exit_file
