@@ -13,7 +13,7 @@ import pytest
 from pocketchat.engines.llamacpp.engine import LlamaCppEngine
 from pocketchat.engines.types import ChatOptions, Message
 from pocketchat.types import LoadPlan
-from support.tinyqwen35 import write_tiny_qwen35moe
+from support.tinyqwen35 import tiny_qwen35moe, write_tiny_qwen35moe  # noqa: F401 - a fixture
 
 CODE = "\n".join(f"def f{i}(x):\n    return x * {i} + {i * i}  # value {i}" for i in range(30))
 COPY = [Message("user", "Repeat this code exactly, then stop:\n" + CODE)]
@@ -103,3 +103,120 @@ def test_auto_goes_quiet_when_no_draft_is_ever_accepted():
     assert "".join(c.text for c in chunks) == script[:300]
     assert not drafting.policy.enabled
     assert chunks[-1].stats.draft_steps < 40  # of 300 steps: off early, then rare probes
+
+
+class CostlyDrafter:
+    """A drafter that costs a decode per token (as the MTP head): it records each k asked."""
+
+    costly = True
+
+    def __init__(self, guess):
+        self.tokens: list[int] = []
+        self.asked: list[int] = []
+        self.guess = guess
+
+    def reset(self, tokens):
+        self.tokens = list(tokens)
+
+    def extend(self, tokens):
+        self.tokens.extend(tokens)
+
+    def propose(self, k):
+        self.asked.append(k)
+        return self.guess(self.tokens, k)
+
+
+def test_auto_asks_a_costly_drafter_only_for_the_tokens_it_verifies_and_probes_while_off():
+    script = "".join(chr(0x4E00 + (i * 7919) % 5000) for i in range(400))
+    eng = scripted(script, "auto")
+    drafter = CostlyDrafter(lambda seq, k: [ord("#")] * k)  # always wrong
+    eng._drafting.drafter = drafter
+    chunks = list(eng.chat([Message("user", script[::-1][:60])], ChatOptions(max_tokens=300)))
+    assert "".join(c.text for c in chunks) == script[:300]
+    assert not eng._drafting.policy.enabled
+    s = chunks[-1].stats
+    assert s.drafted_tokens == sum(drafter.asked)  # every token drafted was verified
+    assert len(drafter.asked) < 40  # off early: then only the policy's probes draft at all
+
+
+def test_a_costly_drafter_that_is_right_is_kept_and_the_text_is_the_same():
+    script = "".join(chr(0x4E00 + (i * 7919) % 5000) for i in range(300))
+    eng = scripted(script, "mtp")
+    prompt = [Message("user", "go")]
+    n_prompt = len(eng._encode(eng.render(prompt, True)))
+
+    def oracle(seq, k):  # the script's own next tokens after the one being fed
+        at = len(seq) - n_prompt
+        return [ord(c) for c in script[at:at + k]]
+
+    eng._drafting.drafter = CostlyDrafter(oracle)
+    chunks = list(eng.chat(prompt, ChatOptions(max_tokens=200)))
+    assert "".join(c.text for c in chunks) == script[:200]
+    s = chunks[-1].stats
+    assert s.accepted_tokens > 0.9 * s.drafted_tokens > 0
+
+
+# -- MTP drafts: the draft head a Qwen3.5-family GGUF carries ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_mtp(tmp_path_factory):
+    """The tiny qwen35moe with one MTP block (as llama.cpp's converter writes Qwen3.5's)."""
+    return write_tiny_qwen35moe(tmp_path_factory.mktemp("mtp") / "tiny-qwen35moe-mtp.gguf",
+                                ascii_only=True, mtp=1)
+
+
+ECHO = [Message("user", "abcabcabc abcabcabc " * 6)]
+LONG = ChatOptions(temperature=0, max_tokens=120, ignore_eos=True)
+
+
+@pytest.mark.slow
+def test_greedy_answers_with_mtp_drafts_are_those_without(tiny_mtp):
+    plain, _ = answer(tiny_mtp, "off", ECHO, LONG)
+    for mode in ("mtp", "auto"):
+        drafted, final = answer(tiny_mtp, mode, ECHO, LONG)
+        assert drafted == plain, mode
+        assert final.stats.draft_steps > 0 and final.stats.drafted_tokens > 0, mode
+
+
+@pytest.mark.slow
+def test_auto_drafts_with_the_mtp_head_where_the_model_carries_one(tiny_mtp, tiny_qwen35moe):
+    with_head = LlamaCppEngine(plan("auto"), tiny_mtp)
+    without = LlamaCppEngine(plan("auto"), tiny_qwen35moe)
+    try:
+        assert with_head._drafting.costly and with_head._mtp is not None
+        assert not without._drafting.costly and without._mtp is None
+    finally:
+        with_head.close()
+        without.close()
+
+
+@pytest.mark.slow
+def test_the_mtp_head_follows_the_target_through_rejected_drafts(tiny_mtp):
+    """After an answer whose drafts were mostly rejected (random weights), the head drafts
+    what a head that read the same tokens in one prompt drafts: its KV and the target's state
+    it starts from were cut back with every rollback."""
+    import numpy as np
+
+    a = LlamaCppEngine(plan("mtp"), tiny_mtp)
+    b = LlamaCppEngine(plan("mtp"), tiny_mtp)
+    try:
+        final = list(a.chat(ECHO, LONG))[-1]
+        assert final.stats.drafted_tokens > final.stats.accepted_tokens + 50  # many rollbacks
+        held = list(a.cache.tokens)
+        assert a._mtp.next == len(held)
+        b.feed(held)
+        assert b._mtp.next == len(held)
+        assert np.allclose(a._mtp._pending, b._mtp._pending, atol=1e-2)
+        assert a._mtp.draft(held[-1], len(held), 4) == b._mtp.draft(held[-1], len(held), 4)
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.slow
+def test_draft_mtp_on_a_model_without_the_head_says_what_to_do(tiny_qwen35moe):
+    from pocketchat.errors import EngineError
+
+    with pytest.raises(EngineError, match=r"no MTP block.*--draft ngram or auto"):
+        LlamaCppEngine(plan("mtp"), tiny_qwen35moe)

@@ -32,7 +32,7 @@ class Selection:
     offline: bool = False
     yes: bool = False
     rpc: tuple[str, ...] = ()  # helpers (HOST:PORT) to pool with over llama.cpp's RPC backend
-    draft: str | None = None  # --draft auto|off|ngram (None: off); the plan may turn it off
+    draft: str | None = None  # --draft auto|off|ngram|mtp (None: off); the plan may turn it off
     prompt_cache_disk_mb: int | None = None  # the prompt cache's disk tier (0: off)
 
     @classmethod
@@ -141,7 +141,7 @@ def add_selection_args(p: argparse.ArgumentParser, *, model: bool = True) -> Non
                    help="CPU threads, fixed (default: the physical cores, at most 32, fewer "
                         "while other programs keep the cores busy)")
     p.add_argument("--backend", choices=["llama.cpp", "mlx"], help="force a backend")
-    p.add_argument("--draft", choices=["auto", "off", "ngram"],
+    p.add_argument("--draft", choices=["auto", "off", "ngram", "mtp"],
                    help="drafted tokens verified in one step (llama.cpp): auto drafts from the "
                         "conversation while it measures faster here, ngram always, off never "
                         "(default off); drafting turns flash attention on, so greedy answers "

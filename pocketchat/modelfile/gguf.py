@@ -86,6 +86,12 @@ class GGUFInfo:
     def is_moe(self) -> bool:
         return self.expert_count > 1 or self.expert_tensors > 0
 
+    @property
+    def mtp_layers(self) -> int:
+        """Multi-token-prediction blocks counted in `block_count` (after the trunk's layers)."""
+        n = self.metadata.get(f"{self.arch}.nextn_predict_layers", 0)
+        return n if isinstance(n, int) and 0 < n < (self.block_count or 0) else 0
+
 
 class _Header:
     """A bounds-checked cursor over the memory-mapped header."""

@@ -42,6 +42,7 @@ class Qwen35Shape:
     rope_dims: int = 64
     rope_sections: tuple[int, int, int, int] = (11, 11, 10, 0)
     rope_base: float = 10_000_000.0
+    mtp: int = 0  # multi-token-prediction blocks after the trunk (Qwen3.5's: 1; 0: none)
 
     @property
     def ssm_inner(self) -> int:
@@ -100,7 +101,36 @@ def tensor_table(shape: Qwen35Shape, n_vocab: int) -> list[TensorSpec]:
                 TensorSpec(p + "ffn_gate_shexp.weight", (e, s.n_ff_shexp)),
                 TensorSpec(p + "ffn_up_shexp.weight", (e, s.n_ff_shexp)),
                 TensorSpec(p + "ffn_down_shexp.weight", (s.n_ff_shexp, e))]
+    for i in range(s.n_layer, s.n_layer + s.mtp):
+        out += _mtp_block(s, f"blk.{i}.")
     return out
+
+
+def _mtp_block(s: Qwen35Shape, p: str) -> list[TensorSpec]:
+    """One MTP block (as llama.cpp's converter writes Qwen3.5's `mtp.*`): the embedding and
+    the trunk's last hidden state, each normed, joined by `eh_proj`, then a full-attention
+    block with the routed and shared experts; the trunk's `output` is its head."""
+    e = s.n_embd
+    return [TensorSpec(p + "nextn.eh_proj.weight", (2 * e, e)),
+            TensorSpec(p + "nextn.enorm.weight", (e,), "ones"),
+            TensorSpec(p + "nextn.hnorm.weight", (e,), "ones"),
+            TensorSpec(p + "nextn.shared_head_norm.weight", (e,), "ones"),
+            TensorSpec(p + "attn_norm.weight", (e,), "ones"),
+            TensorSpec(p + "post_attention_norm.weight", (e,), "ones"),
+            TensorSpec(p + "attn_q.weight", (e, s.head_dim * s.n_head * 2)),
+            TensorSpec(p + "attn_k.weight", (e, s.head_dim * s.n_head_kv)),
+            TensorSpec(p + "attn_v.weight", (e, s.head_dim * s.n_head_kv)),
+            TensorSpec(p + "attn_output.weight", (s.head_dim * s.n_head, e)),
+            TensorSpec(p + "attn_q_norm.weight", (s.head_dim,), "ones"),
+            TensorSpec(p + "attn_k_norm.weight", (s.head_dim,), "ones"),
+            TensorSpec(p + "ffn_gate_inp.weight", (e, s.n_expert)),
+            TensorSpec(p + "ffn_gate_exps.weight", (e, s.n_ff_exp, s.n_expert)),
+            TensorSpec(p + "ffn_up_exps.weight", (e, s.n_ff_exp, s.n_expert)),
+            TensorSpec(p + "ffn_down_exps.weight", (s.n_ff_exp, e, s.n_expert)),
+            TensorSpec(p + "ffn_gate_inp_shexp.weight", (e,)),
+            TensorSpec(p + "ffn_gate_shexp.weight", (e, s.n_ff_shexp)),
+            TensorSpec(p + "ffn_up_shexp.weight", (e, s.n_ff_shexp)),
+            TensorSpec(p + "ffn_down_shexp.weight", (s.n_ff_shexp, e))]
 
 
 def add_hparams(w: Any, shape: Qwen35Shape) -> None:
@@ -108,7 +138,7 @@ def add_hparams(w: Any, shape: Qwen35Shape) -> None:
     s, arch = shape, "qwen35moe"
     w.add_context_length(s.n_ctx_train)
     w.add_embedding_length(s.n_embd)
-    w.add_block_count(s.n_layer)
+    w.add_block_count(s.n_layer + s.mtp)  # llama.cpp counts the MTP blocks among the blocks
     w.add_feed_forward_length(s.n_ff_exp * s.n_expert_used)
     w.add_expert_feed_forward_length(s.n_ff_exp)
     w.add_expert_shared_feed_forward_length(s.n_ff_shexp)
@@ -128,3 +158,5 @@ def add_hparams(w: Any, shape: Qwen35Shape) -> None:
     w.add_ssm_time_step_rank(s.ssm_v_heads)
     w.add_ssm_group_count(s.ssm_groups)
     w.add_uint32(f"{arch}.full_attention_interval", s.full_attention_interval)
+    if s.mtp:
+        w.add_uint32(f"{arch}.nextn_predict_layers", s.mtp)

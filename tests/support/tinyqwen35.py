@@ -156,15 +156,16 @@ ASCII_TEXT = [0x0A, *range(0x20, 0x7F)]  # newline and the printable ASCII bytes
 
 
 def write_tiny_qwen35moe(path: Path, *, seed: int = 0, n_layer: int = N_LAYER,
-                         chat_template: str = CHAT_TEMPLATE, ascii_only: bool = False) -> Path:
+                         chat_template: str = CHAT_TEMPLATE, ascii_only: bool = False,
+                         mtp: int = 0) -> Path:
     """The tiny random-weight qwen35moe. `ascii_only`: its vocabulary is newline, the printable
     ASCII bytes (no merges), `<|im_start|>` (user-defined: written as text) and `<|im_end|>`
     (its only control token, end of text), so whatever it writes encodes back to the same
     tokens: a history rendered from its answers extends its state exactly. `<think>` and
-    `</think>` are plain text there."""
+    `</think>` are plain text there. `mtp`: MTP blocks after the trunk (Qwen3.5's draft head)."""
     import gguf
 
-    shape = replace(TINY, n_layer=n_layer)
+    shape = replace(TINY, n_layer=n_layer, mtp=mtp)
     rng = np.random.default_rng(seed)
     symbols = byte_symbols()
     if ascii_only:

@@ -1,9 +1,15 @@
 """One sequence's drafting as the token loop uses it: what to verify next (`propose`) and what
-the step cost and kept (`record`), over a drafter (`ngram.NgramDrafter`) and the self-measuring
-policy (`policy.DraftPolicy`, its cost curve kept per machine and model in the cache folder).
+the step cost and kept (`record`), over a drafter and the self-measuring policy
+(`policy.DraftPolicy`, its cost curve kept per machine, model and drafter in the cache folder).
 
-`--draft auto` drafts while the figures say it pays; `ngram` drafts whenever the drafter has a
-proposal (the policy still learns); `off` never builds one of these.
+Two drafters: prompt lookup (`ngram.NgramDrafter`, free: its proposal is made first and the
+policy cuts it, and a proposal not verified still teaches the acceptance) and a model's MTP head
+(`llamacpp.mtp.MtpDrafter`, `costly`: each token is a decode, so the policy picks k first and
+the head drafts only that many; a step's time includes its drafting).
+
+`--draft auto` drafts while the figures say it pays (with the MTP head where the model carries
+one, else by prompt lookup); `ngram` and `mtp` draft whenever the drafter has a proposal (the
+policy still learns); `off` never builds one of these.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from dataclasses import dataclass, field
 import time
 from typing import Any, Collection, Sequence
 
-from pocketchat.engines.draft.ngram import NgramDrafter
+from pocketchat.engines.draft.ngram import Drafter, NgramDrafter
 from pocketchat.engines.draft.policy import CostStore, DraftPolicy
 from pocketchat.engines.draft.verify import accept
 from pocketchat.engines.types import tokens_per_step
@@ -37,12 +43,12 @@ class DraftFigures:
 class Drafting:
     """Drafts for one sequence (see the module docstring)."""
 
-    mode: str  # "auto" | "ngram"
+    mode: str  # "auto" | "ngram" | "mtp"
     ends: Collection[int]
     depth: int  # the most drafted tokens one step may verify
     store: CostStore | None = None
     key: str = ""
-    drafter: NgramDrafter = field(default_factory=NgramDrafter)
+    drafter: Drafter = field(default_factory=NgramDrafter)
     policy: DraftPolicy = field(init=False)
     figures: DraftFigures = field(default_factory=DraftFigures)
     _shadow: tuple[int, list[int]] | None = None
@@ -54,12 +60,21 @@ class Drafting:
 
     @classmethod
     def for_model(cls, mode: str, ends: Collection[int], depth: int, model_path: str,
-                  threads: int, cache_dir: object | None) -> "Drafting | None":
+                  threads: int, cache_dir: object | None, drafter: Drafter | None = None,
+                  ) -> "Drafting | None":
+        """`drafter`: the model's MTP head where it runs one (its costs are kept apart)."""
         if mode == "off" or depth <= 0:
             return None
         store = CostStore(cache_dir) if cache_dir is not None else None  # type: ignore[arg-type]
         key = CostStore.key(platform.node() or "machine", str(model_path), threads)
-        return cls(mode, ends, depth, store, key)
+        if drafter is None:
+            return cls(mode, ends, depth, store, key)
+        return cls(mode, ends, depth, store, f"{key}|mtp", drafter)
+
+    @property
+    def costly(self) -> bool:
+        """Whether drafting a token costs a decode (the MTP head), not a look-up."""
+        return bool(getattr(self.drafter, "costly", False))
 
     def begin(self) -> None:
         """A new answer: its figures start at zero."""
@@ -86,6 +101,10 @@ class Drafting:
         limit = min(limit, self.depth)
         if limit <= 0 or (self.mode == "auto" and not self.policy.costs.known):
             return []  # (auto: a plain step is measured first, to weigh drafts against)
+        if self.costly and self.mode == "auto":
+            limit = self.policy.choose(limit)  # each drafted token costs: decide k first
+            if limit <= 0:
+                return []
         proposal = self.drafter.propose(limit)
         for i, token in enumerate(proposal):  # a draft never runs past an end of text
             if token in self.ends:
@@ -93,7 +112,7 @@ class Drafting:
                 break
         if not proposal:
             return []
-        k = len(proposal) if self.mode == "ngram" else self.policy.choose(len(proposal))
+        k = len(proposal) if self.mode != "auto" or self.costly else self.policy.choose(len(proposal))
         if k <= 0:
             if self._shadow is None:
                 self._shadow = (len(seq), proposal)
@@ -126,9 +145,9 @@ def advance(engine: Any, tokens: Sequence[int], limit: int) -> list[tuple[int, A
     drafted tokens verified in the same step), the accepted drafts (fed) and the
     correction or bonus token (not fed), each with its logprob."""
     drafting = engine._drafting
+    began = time.perf_counter()  # a step's time includes its drafting (an MTP head decodes)
     drafts = (drafting.propose([*engine.cache.tokens, *tokens], limit)
               if drafting is not None and limit > 0 else [])
-    began = time.perf_counter()
     if not drafts:
         out = [engine.feed(tokens, sample=True)]
         if drafting is not None:

@@ -28,12 +28,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from pocketchat.errors import UnsupportedRequest
+from pocketchat.errors import EngineError, UnsupportedRequest
 from pocketchat.modelfile import gguf as ggufcheck
 from pocketchat.engines.base import EngineBase, SamplingSettings
 from pocketchat.engines.constrain.control import TokenControl
 from pocketchat.engines.draft.drafting import Drafting
+from pocketchat.engines.llamacpp import mtp
 from pocketchat.engines.llamacpp.load import ProgressFn, load_llama
+from pocketchat.engines.llamacpp.mtp import MtpHead
 from pocketchat.engines.llamacpp.rollback import Rollback
 from pocketchat.engines.llamacpp.state import LlamaState
 from pocketchat.engines.prefix_cache import PrefixCache
@@ -93,6 +95,7 @@ class LlamaCppEngine(EngineBase):
         solo = plan.parallel <= 1
         self.n_ctx = llm.n_ctx() if solo else int(lib.llama_n_ctx_seq(self._ctx))
         self._batcher = Batcher(self._run_step, self._n_batch, solo=solo)
+        self._mtp = self._mtp_head(plan, loaded.mtp) if solo else None
         self._init_sequence(0)
         return EngineInfo(
             backend="llama.cpp",
@@ -136,24 +139,46 @@ class LlamaCppEngine(EngineBase):
         self._abort_cb = lib.ggml_abort_callback(lambda _data: self._abort_now())
         self._no_abort = lib.ggml_abort_callback()
 
+    def _mtp_head(self, plan: Any, loaded: bool) -> MtpHead | None:
+        """The model's MTP head, for `--draft auto|mtp` on one sequence where the GGUF carries
+        one (`load.load_llama` loaded it); `--draft mtp` without one is an error."""
+        if plan.draft not in ("auto", "mtp"):
+            return None
+        api = mtp.nextn_api(self._lib) if loaded else None
+        if api is None or not mtp.mtp_layers(self._lib, self._llm.model):
+            if plan.draft == "mtp":
+                why = ("this llama.cpp has no MTP API" if loaded else
+                       "this GGUF has no MTP block" if not self.gguf.mtp_layers else
+                       "MTP drafts run on one sequence only (not with --parallel)")
+                raise EngineError(f"--draft mtp: {why}; use --draft ngram or auto")
+            return None
+        return MtpHead(self._lib, api, self._llm.model, self._ctx, n_ctx=self.n_ctx,
+                       n_batch=self._n_batch, threads=plan.n_threads,
+                       threads_batch=plan.n_threads_batch)
+
     def _drafts(self, plan: Any) -> Drafting | None:
         """Drafting for this sequence where a rejected draft can be taken back cheaply: an
         attention-only model (its KV is cut), or a hybrid one with recurrent snapshots
-        (`n_rs_seq`); not where only a copy of the whole recurrent state could."""
+        (`n_rs_seq`); not where only a copy of the whole recurrent state could. With the
+        model's MTP head (sequence 0 of one) for `auto` and `mtp`, else prompt lookup."""
         rollback = self._rollback
         if plan.draft == "off" or rollback.kind == "snapshot":
             return None
         from pocketchat.paths import settings
 
         depth = min(plan.draft_depth, rollback.depth)
+        head = self._mtp if self._seq == 0 else None
         return Drafting.for_model(plan.draft, self.end_tokens, depth, self._path,
-                                  self.plan.n_threads, settings().cache_dir)
+                                  self.plan.n_threads, settings().cache_dir,
+                                  mtp.MtpDrafter(head) if head is not None else None)
 
     def _before_draft(self, pos: int) -> None:
         self._rollback.prepare(pos)
 
     def _roll_back(self, keep: int) -> None:
         redo = self._rollback.roll_back(keep).redo_from
+        if self._mtp is not None and self._seq == 0:
+            self._mtp.cut(redo)
         again = self.cache.tokens[redo:keep]
         self.cache.forget_after(redo)
         if again:  # the snapshot kind: the kept tokens are decoded again
@@ -193,6 +218,9 @@ class LlamaCppEngine(EngineBase):
                 self.state.clear()
             return
         self._batcher.close()  # its step thread decodes into the context: stop it first
+        if self._mtp is not None:
+            self._mtp.close()
+            self._mtp = None
         if self._batch is not None:
             self._lib.llama_batch_free(self._batch)
             self._batch = None
@@ -285,6 +313,9 @@ class LlamaCppEngine(EngineBase):
                 self._stepping = []
         if rc == 0:
             self._threads.after(decoding, j, time.perf_counter() - began)
+            if self._mtp is not None:  # one sequence: its MTP head follows every decode
+                work, start, n = parts[0]
+                self._mtp.mirror(work.tokens[start:start + n], work.pos + start)
         return rc
 
     def _abort_now(self) -> bool:

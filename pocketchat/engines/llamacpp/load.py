@@ -190,6 +190,7 @@ class Loaded:
     overrides: moe.BufferOverrides | None
     overridden: dict[str, str] = field(default_factory=dict)  # tensor -> buffer type
     log: list[str] = field(default_factory=list)
+    mtp: bool = False  # the GGUF's MTP block was loaded (drafts from it: `mtp.py`)
 
 
 def load_llama(plan: LoadPlan, path: Path, info: GGUFInfo, *,
@@ -214,8 +215,11 @@ def load_llama(plan: LoadPlan, path: Path, info: GGUFInfo, *,
     progress_cb = llama_cpp.llama_progress_callback(progress)
 
     pool = _rpc_devices(plan)  # helpers' devices (rpc/client.py), kept alive with the model
+    # the MTP block drafts for one sequence (`--draft auto|mtp`); llama.cpp skips it otherwise
+    load_mtp = plan.draft in ("auto", "mtp") and info.mtp_layers > 0 and plan.parallel <= 1
 
     def setup(params: Any) -> None:
+        params.load_mtp = load_mtp
         if pool is not None:
             params.devices = ctypes.addressof(pool)
         if overrides is not None:
@@ -260,7 +264,7 @@ def load_llama(plan: LoadPlan, path: Path, info: GGUFInfo, *,
 
         llm._pocketchat_devices = pool
         tune_helper_sockets(plan.rpc_servers)
-    return Loaded(llm, overrides, moe.overridden_tensors(lines), list(lines))
+    return Loaded(llm, overrides, moe.overridden_tensors(lines), list(lines), load_mtp)
 
 
 def _rpc_devices(plan: LoadPlan) -> Any:
