@@ -27,6 +27,17 @@ one-token decodes' bit for bit on 1 thread, and on 2 threads while the context i
 ~300 tokens here); beyond that its one-token attention splits the KV over the threads and sums
 in another order (differences up to ~1 logit on the starter), so a near tie can flip: the
 output is then marked.
+`mtp` (the full-size synthetic POCKET written with its MTP block, `pocket_scale.py --mtp
+--write-only --out /work/big/POCKET-35B-Q2_K-MTP-synthetic.gguf`): the MTP head's costs beside
+the n-gram ones, all in one run on one file:
+1. a bare greedy loop (the file loaded as the engine loads it without drafts: no MTP block);
+2. loaded for MTP drafts (the block, snapshots, flash attention): a plain step, a plain step
+   that the head follows (its mirror), the head's draft of k = 1..4 tokens, verifying k;
+3. forced acceptance with the head's own drafts (their cost paid every step), m of k = 4 kept;
+4. the engine end to end (`LlamaCppEngine`, a 64-token greedy answer): `--draft off`, `auto`
+   with an empty cost cache (the user's first answer) and again with what it learned, and
+   `mtp`; the head's acceptance on random weights is what it is (near 0), so `auto` shows what
+   it costs to find that out and turn itself off.
 `small` (the starter, and Gemma 3 270M where its GGUF is on disk): an editing task (rewrite a
 200-line file with a few changes), an extraction task and free prose, greedy, plain against
 n-gram drafts of a fixed k and with the self-measuring policy (`auto`): acceptance, tokens per
@@ -222,6 +233,122 @@ def forced(seq: RawSeq, rollback: Rollback, prompt: list[int], n: int, k: int, m
     return (len(out) - 1) / (time.perf_counter() - t0)
 
 
+# -- the MTP head at full size ---------------------------------------------------------------------
+
+MTP_FULL = Path("/work/big/POCKET-35B-Q2_K-MTP-synthetic.gguf")
+
+
+def mtp(args: argparse.Namespace) -> None:
+    import llama_cpp
+
+    from pocketchat.engines.llamacpp import mtp as mtpmod
+
+    path = Path(args.model)
+    prompt = [(i * 7919) % 5000 + 1000 for i in range(64)]
+    n, k_max = args.tokens, 4
+    kw = dict(n_ctx=1024, n_batch=64, n_ubatch=64, n_threads=args.threads, n_threads_batch=args.threads)
+    print(f"model {path.name}, {args.threads} threads, prompt {len(prompt)} tokens, {n} generated")
+
+    llm = new_llama(path, **kw)  # 1. bare
+    seq = RawSeq(llm)
+    prompt = [t % seq.n_vocab for t in prompt]  # (a small test model's vocabulary too)
+    times: list[float] = []
+    plain_greedy(seq, prompt, n, times=times)
+    bare_s = med(times)
+    seq.close()
+    llm.close()
+    del llm
+    print(f"bare greedy: {1 / bare_s:.2f} tok/s ({bare_s * 1000:.0f} ms/token)")
+
+    def with_block(params) -> None:
+        params.load_mtp = True
+
+    llm = new_llama(path, model_setup=with_block, n_rs_seq=RS, flash_attn=True, **kw)  # 2.
+    seq = RawSeq(llm)
+    rollback = Rollback(seq.ctx, seq.model)
+    head = mtpmod.MtpHead(llama_cpp, mtpmod.nextn_api(llama_cpp), seq.model, seq.ctx, n_ctx=1024,
+                          n_batch=64, threads=args.threads, threads_batch=args.threads)
+    seq.decode(prompt)
+    head.mirror(prompt, 0)
+    last = seq.argmax(-1)
+    plain, follow, draft = [], [], {k: [] for k in range(1, k_max + 1)}
+    for _ in range(args.reps * 4):
+        pos = seq.pos
+        t0 = time.perf_counter()
+        seq.decode([last])
+        plain.append(time.perf_counter() - t0)  # the head not yet told
+        t1 = time.perf_counter()
+        head.mirror([last], pos)
+        follow.append(plain[-1] + time.perf_counter() - t1)
+        last = seq.argmax(-1)
+    for _ in range(args.reps):
+        for k in range(1, k_max + 1):
+            t0 = time.perf_counter()
+            head.draft(last, seq.pos, k)
+            draft[k].append(time.perf_counter() - t0)
+    p0 = med(plain)
+    print(f"loaded for MTP drafts: a plain step {p0 * 1000:.0f} ms ({p0 / bare_s:.2f}x bare); "
+          f"followed by the head {med(follow) * 1000:.0f} ms ({med(follow) / p0:.3f}x)")
+    for k in range(1, k_max + 1):
+        print(f"  the head drafts k={k}: {med(draft[k]) * 1000:.0f} ms ({med(draft[k]) / p0:.2f}x a plain step)")
+
+    print(f"forced acceptance with the head's drafts, k={k_max}: each step drafts k, verifies them "
+          "in one batch, keeps the first m, rolls the rest back (target and head)")
+    for m in (k_max, 3, 2, 1, 0):
+        seq.clear()
+        head.cut(0)
+        seq.decode(prompt)
+        head.mirror(prompt, 0)
+        out = [seq.argmax(-1)]
+        t0 = time.perf_counter()
+        while len(out) < n:
+            start = seq.pos
+            proposal = head.draft(out[-1], start, k_max)
+            rollback.prepare(start)
+            seq.decode([out[-1]] + proposal, all_logits=True)
+            head.mirror([out[-1]] + proposal, start)
+            out.extend(proposal[:m] + [seq.argmax(m)])
+            undo = rollback.roll_back(start + 1 + m)
+            seq.pos = undo.redo_from
+            head.cut(undo.redo_from)
+        tok_s = (len(out) - 1) / (time.perf_counter() - t0)
+        print(f"  {100 * m // k_max:3d}% ({m}/{k_max} kept): {tok_s:5.2f} tok/s = {tok_s * bare_s:4.2f}x bare")
+    head.close()
+    seq.close()
+    llm.close()
+    del llm
+    engine_runs(path, args.threads, bare_s)
+
+
+def engine_runs(path: Path, threads: int, bare_s: float) -> None:
+    """The engine end to end: a 64-token greedy answer per `--draft` mode (module docstring)."""
+    import os
+    import tempfile
+
+    from pocketchat import paths
+    from pocketchat.engines.llamacpp.engine import LlamaCppEngine
+    from pocketchat.engines.types import ChatOptions, Message
+    from pocketchat.types import LoadPlan
+
+    os.environ["POCKETCHAT_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-draft-")
+    paths.reset()
+    messages = [Message("user", "Write a short story about a lighthouse keeper.")]
+    options = ChatOptions(temperature=0, max_tokens=64, ignore_eos=True, thinking=False)
+    print("the engine, a 64-token greedy answer (decode tok/s as the stats say):")
+    for label, mode in (("off", "off"), ("auto, first answer", "auto"),
+                        ("auto, what it learned kept", "auto"), ("mtp", "mtp")):
+        plan = LoadPlan(backend="llama.cpp", placement="cpu", n_gpu_layers=0, n_ctx=2048,
+                        n_threads=threads, n_threads_batch=threads, draft=mode)
+        eng = LlamaCppEngine(plan, path)
+        try:
+            final = list(eng.chat(messages, options))[-1]
+        finally:
+            eng.close()
+        s = final.stats
+        print(f"  {label:28s} {s.decode_tok_s:5.2f} tok/s = {s.decode_tok_s * bare_s:4.2f}x bare; "
+              f"{s.draft_steps} steps verified {s.drafted_tokens} drafted, {s.accepted_tokens} kept")
+
+
 # -- small models, real text ---------------------------------------------------------------------
 
 def edit_task() -> str:
@@ -319,13 +446,18 @@ def main() -> None:
     f.add_argument("--tokens", type=int, default=24)
     f.add_argument("--k", type=int, default=4)
     f.add_argument("--reps", type=int, default=3)
+    m = sub.add_parser("mtp")
+    m.add_argument("--model", default=str(MTP_FULL))
+    m.add_argument("--threads", type=int, default=2)
+    m.add_argument("--tokens", type=int, default=24)
+    m.add_argument("--reps", type=int, default=3)
     s = sub.add_parser("small")
     s.add_argument("--models", default="starter,gemma")
     s.add_argument("--threads", type=int, default=2)
     s.add_argument("--tokens", type=int, default=160)
     s.add_argument("--k", type=int, default=8)
     args = ap.parse_args()
-    full(args) if args.part == "full" else small(args)
+    {"full": full, "mtp": mtp, "small": small}[args.part](args)
 
 
 if __name__ == "__main__":

@@ -68,9 +68,10 @@ class Planned:
         return int(np.prod(self.spec.ne))
 
 
-def shape_for(layers: int | None = None, experts: int | None = None) -> Qwen35Shape:
-    """POCKET's shape, or a smaller one with fewer layers and/or routed experts (tests)."""
-    shape = POCKET
+def shape_for(layers: int | None = None, experts: int | None = None, mtp: int = 0) -> Qwen35Shape:
+    """POCKET's shape, or a smaller one with fewer layers and/or routed experts (tests); `mtp`:
+    with that many MTP blocks after the trunk (Qwen3.5's draft head, as the converter keeps it)."""
+    shape = replace(POCKET, mtp=mtp)
     if layers is not None:
         shape = replace(shape, n_layer=layers)
     if experts is not None:
@@ -228,7 +229,7 @@ def write_pocket(path: Path, *, quant: str = "Q2_K", shape: Qwen35Shape = POCKET
     blocks = BlockPool(seed)
     tmp = path.with_name(path.name + ".partial")
     w = gguf.GGUFWriter(str(tmp), "qwen35moe")
-    w.add_name(f"POCKET-35B-{quant} synthetic (random weights)")
+    w.add_name(f"POCKET-35B-{quant}{'-MTP' if shape.mtp else ''} synthetic (random weights)")
     add_hparams(w, shape)
     w.add_file_type(FILE_TYPE[quant])
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)

@@ -380,6 +380,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--layers", type=int, help="fewer blocks than POCKET's 40 (tests, quick looks)")
     ap.add_argument("--experts", type=int, help="fewer routed experts than POCKET's 256")
+    ap.add_argument("--mtp", action="store_true", help="with the MTP block (Qwen3.5's draft head)")
     ap.add_argument("--vocab", type=int, help="a smaller vocabulary than POCKET's 248,320")
     ap.add_argument("--rounds", type=int, default=3, help="alternating pocketchat/bare rounds (default 3)")
     ap.add_argument("--threads", type=int, help="threads for both (default: the plan's)")
@@ -408,7 +409,7 @@ def main() -> int:
         if not path.is_file():
             raise SystemExit(f"--skip-write: no model at {path}; run once without it to write one")
     else:
-        shape = pg.shape_for(args.layers, args.experts)
+        shape = pg.shape_for(args.layers, args.experts, mtp=1 if args.mtp else 0)
         path.parent.mkdir(parents=True, exist_ok=True)
         print(f"writing {path} ({args.quant}, {shape.n_layer} blocks, {shape.n_expert} experts) ...", flush=True)
         t0 = time.perf_counter()

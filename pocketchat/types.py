@@ -167,6 +167,9 @@ MAX_CHECKPOINT_BYTES = 256 * 1024 * 1024  # POCKET's DeltaNet state is ~63 MB: f
 # many snapshots of each sequence's recurrent state to roll a rejected draft back (`n_rs_seq`),
 # which the memory estimate counts (`select/estimate.py`) and the ladder trades first.
 DRAFT_DEPTH = 4
+# The drafts a plan runs unless `--draft` says otherwise: "auto" drafts only while its own
+# figures say it pays on this machine, for this model and this text (engines/draft/policy.py).
+DEFAULT_DRAFT = "auto"
 
 
 def checkpoint_bytes(recurrent_state_bytes: int, count: int = MAX_CHECKPOINTS) -> int:
@@ -207,8 +210,9 @@ class LoadPlan:
     parallel: int = 1  # sequences loaded and decoded together; each has n_ctx tokens
     serve_parallel: int = 1  # what `serve` loads by default: the sequences the memory holds
     prompt_cache_bytes: int = 0  # parked states of other conversations (0: off)
-    # Drafted tokens verified in one step (`--draft`): "auto" drafts from the conversation
-    # while it pays here (engines/draft/policy.py), "ngram" drafts always, "off" never.
+    # Drafted tokens verified in one step (`--draft`): "auto" drafts (with the model's MTP head
+    # where it has one, else from the conversation) while it pays here (engines/draft/policy.py),
+    # "ngram" and "mtp" draft always, "off" never. (`DEFAULT_DRAFT` is what commands ask for.)
     draft: str = "off"
     draft_depth: int = DRAFT_DEPTH  # the most drafted tokens a step verifies (recurrent snapshots kept)
     prompt_cache_disk_bytes: int = 0  # the same states on disk, across restarts (0: off)

@@ -129,8 +129,10 @@ def test_an_mlx_plan_runs_no_drafts_and_recommend_says_why(capsys):
     assert settings[0].startswith("Recommended: POCKET-KR-MLX")
     assert [line.strip() for line in settings if "drafts" in line] == [MLX_DRAFTS]
     assert "cannot be cut back" in MLX_DRAFTS and "llama.cpp" in MLX_DRAFTS
-    # A llama.cpp plan without drafts gets no drafts line.
+    # A llama.cpp plan drafts by default (auto: while it pays) and says so; off: no line.
     assert cli.main(["--recommend", "--hardware", str(PROFILES / "linux-16gb.json")]) == 0
+    assert "  drafts: auto (up to 4 tokens a step)" in capsys.readouterr().out.split("\n\n")[0]
+    assert cli.main(["--recommend", "--hardware", str(PROFILES / "linux-16gb.json"), "--draft", "off"]) == 0
     assert "drafts" not in capsys.readouterr().out.split("\n\n")[0]
 
 
@@ -139,8 +141,8 @@ def test_recommend_with_draft_on_a_tight_laptop_gives_drafts_up_first(capsys):
     assert cli.main(["--recommend", "--hardware", str(laptop), "--draft", "ngram", "--json"]) == 0
     best = json.loads(capsys.readouterr().out)["recommended"]
     assert best["draft"] == "off" and best["gave_up"][0].startswith("drafts")
-    # The rest it gave up is what it gives up without drafts asked for.
-    assert cli.main(["--recommend", "--hardware", str(laptop), "--json"]) == 0
+    # The rest it gave up is what it gives up without drafts.
+    assert cli.main(["--recommend", "--hardware", str(laptop), "--draft", "off", "--json"]) == 0
     plain = json.loads(capsys.readouterr().out)["recommended"]
     assert best["gave_up"][1:] == plain["gave_up"] and best["n_ctx"] == plain["n_ctx"]
 
@@ -170,3 +172,29 @@ def test_choose_model_carries_draft_into_the_plan_of_a_hybrid_file(tiny_qwen35, 
     assert short.plan.draft == "off" and short.plan.n_ctx == DEFAULT_CTX
     assert any("drafts" in note for note in short.plan.notes)
     assert choose_model(Selection(model=str(tiny_qwen35), hardware=tight, offline=True)).plan.draft == "off"
+
+
+def test_a_gguf_with_an_mtp_block_counts_it_apart_from_the_trunk(tmp_path):
+    """Qwen3.5's MTP block is one more block in the file (`nextn_predict_layers`): the trunk's
+    layers are the others, and the plan counts the block's weights and KV only with drafts."""
+    from pocketchat.modelfile.facts import facts_of
+    from pocketchat.modelfile.gguf import check_gguf
+    from support.tinyqwen35 import N_LAYER, write_tiny_qwen35moe
+
+    plain = facts_of(check_gguf(write_tiny_qwen35moe(tmp_path / "plain.gguf")))
+    info = check_gguf(write_tiny_qwen35moe(tmp_path / "mtp.gguf", mtp=1))
+    with_head = facts_of(info)
+    assert info.block_count == N_LAYER + 1 and info.mtp_layers == 1
+    assert with_head.block_count == plain.block_count == N_LAYER
+    assert with_head.kv_layers == plain.kv_layers and with_head.recurrent_layers == plain.recurrent_layers
+    assert with_head.expert_layer_bytes == plain.expert_layer_bytes
+    assert with_head.active_type_bytes == plain.active_type_bytes  # a plain token never reads it
+    assert with_head.mtp_bytes == with_head.weight_bytes - plain.weight_bytes > 0
+    # K and V of the block's one attention layer per token
+    assert with_head.mtp_kv_per_token == plain.kv_heads[0] * (plain.key_length + plain.value_length)
+    off = est.need_from_facts(with_head, 4096)
+    on = est.need_from_facts(with_head, 4096, snapshots=DRAFT_DEPTH)
+    assert off == est.need_from_facts(plain, 4096)  # not loaded without drafts
+    assert on.weights - off.weights == with_head.mtp_bytes
+    assert on.snapshots == (DRAFT_DEPTH * with_head.recurrent_state_bytes
+                            + with_head.mtp_kv_per_token * 2 * est.effective_ctx(with_head, 4096))

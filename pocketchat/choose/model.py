@@ -54,7 +54,7 @@ def recommend(sel: Selection, profile: HardwareProfile | None = None) -> Recomme
         downloaded = set(downloaded_build_ids())
         speeds = measured.Calibration.of(measured.load(settings().cache_dir), measured.machine_key(profile))
     return fit.plan(profile, catalog.builds(), lang=sel.lang, n_ctx=sel.ctx, backend=sel.backend,
-                    threads=sel.threads, downloaded=downloaded, speeds=speeds, draft=sel.draft or "off")
+                    threads=sel.threads, downloaded=downloaded, speeds=speeds, draft=sel.drafts)
 
 
 def _file_plan(sel: Selection, budget, path: Path, name: str, *, starter: bool = False) -> LoadPlan:
@@ -75,7 +75,7 @@ def _file_plan(sel: Selection, budget, path: Path, name: str, *, starter: bool =
     max_ctx = facts.context_length if facts is not None else trained_context(path)
     return fit.plan_for_file(budget, model_size(path), n_ctx=sel.ctx, backend=backend, max_ctx=max_ctx,
                              threads=sel.threads, name=name, facts=facts, starter=starter,
-                             draft=sel.draft or "off")
+                             draft=sel.drafts)
 
 
 def gguf_facts(path: Path | None):
@@ -235,7 +235,7 @@ def _catalog_choice(sel: Selection, budget, build: Build, *, confirm=None, progr
         build = replace(build, facts=facts)
     cand = fit.judge(build, budget, lang=sel.lang, n_ctx=sel.ctx, backend=sel.backend,
                      threads=sel.threads, downloaded=local is not None, forced=True,
-                     draft=sel.draft or "off")
+                     draft=sel.drafts)
     if cand.plan is None:
         where = "this machine and the helpers" if budget.pooled else "this machine"
         run = "pocketchat --recommend --rpc ..." if budget.pooled else "pocketchat --recommend"

@@ -36,7 +36,7 @@ def advice(sel: Selection, profile: HardwareProfile, helpers: tuple[Helper, ...]
         downloaded = set(downloaded_build_ids())
     return pool.advise(profile, helpers, catalog.builds(), lang=sel.lang, n_ctx=sel.ctx,
                        backend=sel.backend, threads=sel.threads, downloaded=downloaded,
-                       draft=sel.draft or "off")
+                       draft=sel.drafts)
 
 
 def check_splittable(path: Path, facts) -> None:
@@ -57,7 +57,7 @@ def alone_plan(sel: Selection, choice) -> LoadPlan:
     plan = choice.plan
     try:
         alone = fit.plan_for_file(sel.profile(), choice.path.stat().st_size, n_ctx=plan.n_ctx,
-                                  threads=sel.threads, name=choice.name, draft=sel.draft or "off")
+                                  threads=sel.threads, name=choice.name, draft=sel.drafts)
     except ModelTooLarge as exc:
         raise EngineError(
             f"the helper is gone and {choice.name} does not fit this machine alone: {exc.message}",

@@ -32,8 +32,15 @@ class Selection:
     offline: bool = False
     yes: bool = False
     rpc: tuple[str, ...] = ()  # helpers (HOST:PORT) to pool with over llama.cpp's RPC backend
-    draft: str | None = None  # --draft auto|off|ngram|mtp (None: off); the plan may turn it off
+    draft: str | None = None  # --draft auto|off|ngram|mtp (None: the default); the plan may turn it off
     prompt_cache_disk_mb: int | None = None  # the prompt cache's disk tier (0: off)
+
+    @property
+    def drafts(self) -> str:
+        """The drafts asked for: `--draft`, else `types.DEFAULT_DRAFT`."""
+        from pocketchat.types import DEFAULT_DRAFT
+
+        return self.draft or DEFAULT_DRAFT
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "Selection":
@@ -142,12 +149,13 @@ def add_selection_args(p: argparse.ArgumentParser, *, model: bool = True) -> Non
                         "while other programs keep the cores busy)")
     p.add_argument("--backend", choices=["llama.cpp", "mlx"], help="force a backend")
     p.add_argument("--draft", choices=["auto", "off", "ngram", "mtp"],
-                   help="drafted tokens verified in one step (llama.cpp): auto drafts from the "
-                        "conversation while it measures faster here, ngram always, off never "
-                        "(default off); drafting turns flash attention on, so greedy answers "
-                        "are token for token those without drafts; on a hybrid model such as "
-                        "POCKET it keeps 4 copies of the recurrent state (~250 MB), the first "
-                        "memory given up when short")
+                   help="drafted tokens verified in one step (llama.cpp): auto drafts while "
+                        "it measures faster here (with the model's MTP head where the GGUF "
+                        "carries one, else from the conversation), ngram and mtp always, off "
+                        "never (default auto); drafting turns flash attention on, so greedy "
+                        "answers are token for token those without drafts; on a hybrid model "
+                        "such as POCKET it keeps 4 copies of the recurrent state (~250 MB), the "
+                        "first memory given up when short")
     if model:
         p.add_argument("--model", metavar="X",
                        help="a build id, REPO:QUANT, REPO/FILE, a local .gguf or 'starter'")

@@ -62,6 +62,11 @@ class ModelFacts:
     # routed experts (the used share of them), "dense" for the other matrices (select/kernels.py
     # prices each at this machine's measured rate)
     active_type_bytes: tuple[tuple[int, str, int], ...] = ()
+    # a multi-token-prediction block after the trunk (Qwen3.5's draft head): its blocks, the
+    # bytes of its tensors (read only when drafts load it), its KV per token
+    mtp_layers: int = 0
+    mtp_bytes: int = 0
+    mtp_kv_per_token: int = 0  # elements (K and V) per token of its KV cache
 
     @property
     def expert_bytes(self) -> int:
@@ -187,7 +192,7 @@ def _swa_layers(info: GGUFInfo, kv: list[int], n_layer: int) -> tuple[int, ...]:
 def facts_of(info: GGUFInfo) -> ModelFacts:
     """The plan's facts from a walked GGUF header."""
     arch, meta = info.arch, info.metadata
-    n_layer = info.block_count or 0
+    n_layer = (info.block_count or 0) - info.mtp_layers  # the trunk: MTP blocks are counted apart
     n_embd = _num(meta, f"{arch}.embedding_length")
     heads = _per_layer(info, f"{arch}.attention.head_count", n_layer, 0)
     n_head = max(heads, default=0)
@@ -197,11 +202,15 @@ def facts_of(info: GGUFInfo) -> ModelFacts:
     value_length = _num(meta, f"{arch}.attention.value_length", default_head)
     recurrent, kv = _layer_kinds(info, n_layer, kv_heads)
     experts: dict[int, int] = {}
+    mtp_bytes = 0
     for t in info.tensors:
         m = _LAYER.match(t.name)
-        if m and EXPERT_TENSOR.search(t.name):
+        if m and int(m.group(1)) >= n_layer:
+            mtp_bytes += t.nbytes
+        elif m and EXPERT_TENSOR.search(t.name):
             layer = int(m.group(1))
             experts[layer] = experts.get(layer, 0) + t.nbytes
+    mtp_heads = kv_heads[-1] if info.mtp_layers and kv_heads else 0
     embedding, by_type = _weight_types(info)
     return ModelFacts(
         arch=arch,
@@ -228,7 +237,10 @@ def facts_of(info: GGUFInfo) -> ModelFacts:
         merge_count=info.merge_count,
         weight_type_bytes=tuple(sorted(by_type.items())),
         embedding_bytes=embedding,
-        active_type_bytes=_active_types(info),
+        active_type_bytes=_active_types(info, n_layer),
+        mtp_layers=info.mtp_layers,
+        mtp_bytes=mtp_bytes,
+        mtp_kv_per_token=info.mtp_layers * mtp_heads * (key_length + value_length),
     )
 
 
@@ -246,14 +258,17 @@ def _weight_types(info: GGUFInfo) -> tuple[int, dict[int, int]]:
     return embedding, by_type
 
 
-def _active_types(info: GGUFInfo) -> tuple[tuple[int, str, int], ...]:
+def _active_types(info: GGUFInfo, n_layer: int) -> tuple[tuple[int, str, int], ...]:
     """(type, role, bytes) of the matrices one generated token reads (the token embeddings,
-    a row lookup, left out unless they are also the output matrix)."""
+    a row lookup, left out unless they are also the output matrix; an MTP block after the
+    `n_layer` trunk layers, read only by drafts, left out)."""
     tied = not any(t.name == "output.weight" for t in info.tensors)
     count, used = info.expert_count, info.expert_used_count
     out: dict[tuple[int, str], int] = {}
     for t in info.tensors:
         if len(t.shape) < 2 or not t.name.endswith(".weight") or (t.name == "token_embd.weight" and not tied):
+            continue
+        if (m := _LAYER.match(t.name)) and int(m.group(1)) >= n_layer:
             continue
         if EXPERT_TENSOR.search(t.name) and count > 0:
             key, nbytes = (t.type, "expert"), t.nbytes * min(max(used, 1), count) // count

@@ -111,7 +111,7 @@ class MemoryNeed:
     repacked: int = 0  # of `weights`: held as llama.cpp's repacked copy, in anonymous memory
     cold: int = 0  # file pages a load maps and reads that decoding never reads again
     # copies of the recurrent state drafting keeps per sequence (llama.cpp's n_rs_seq), held
-    # where the state is: a rejected draft is rolled back to one
+    # where the state is: a rejected draft is rolled back to one (and an MTP block's KV)
     snapshots: int = 0
 
     @property
@@ -176,12 +176,16 @@ def need_from_facts(facts: ModelFacts, n_ctx: int, *, on_gpu: bool = False, kv_t
     """Weights + KV cache + recurrent state + compute + runtime + `checkpoints` copies of the
     state, from the header's facts. `repack`: the ggml types llama.cpp repacks on this CPU
     (select/repack.py); on the CPU those weights become anonymous memory. `snapshots`: the
-    state's copies drafting keeps (the plan's draft depth; 0: no drafts)."""
+    state's copies drafting keeps (the plan's draft depth; 0: no drafts), with an MTP block's
+    weights and KV where the model carries one."""
     ctx = effective_ctx(facts, n_ctx)
     elem = KV_ELEM_BYTES.get(kv_type.lower(), 2.0)
     repacked = 0 if on_gpu else repacked_bytes(facts.weight_type_bytes, repack)
+    # an MTP block is loaded only for drafts: its weights, and its KV beside the snapshots
+    head = facts.mtp_bytes if snapshots > 0 else 0
+    head_kv = int(facts.mtp_kv_per_token * elem * ctx) if snapshots > 0 else 0
     return MemoryNeed(
-        weights=facts.weight_bytes - facts.embedding_bytes,
+        weights=facts.weight_bytes - facts.embedding_bytes - facts.mtp_bytes + head,
         kv_cache=facts.kv_cache_bytes(ctx, elem),
         state=facts.recurrent_state_bytes,
         compute=compute_bytes(facts, ctx, on_gpu=on_gpu, n_batch=min(n_batch, ctx)),
@@ -189,7 +193,7 @@ def need_from_facts(facts: ModelFacts, n_ctx: int, *, on_gpu: bool = False, kv_t
         checkpoints=checkpoint_bytes(facts.recurrent_state_bytes, checkpoints),
         repacked=repacked,
         cold=repacked + facts.embedding_bytes,
-        snapshots=max(snapshots, 0) * facts.recurrent_state_bytes,
+        snapshots=max(snapshots, 0) * facts.recurrent_state_bytes + head_kv,
     )
 
 
