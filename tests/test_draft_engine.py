@@ -73,12 +73,12 @@ def test_the_next_turn_after_a_drafted_answer_reuses_the_state(starter_gguf):
 # -- the fast lane: the loop's draft path over the scripted runtime ---------------------------------
 
 
-def scripted(script: str, mode: str):
+def scripted(script: str, mode: str, *drafters):
     from pocketchat.engines.draft.drafting import Drafting
     from support.script_runtime import END, ScriptEngine
 
     eng = ScriptEngine(script, n_ctx=2048)
-    eng._drafting = Drafting(mode, {END}, depth=6)
+    eng._drafting = Drafting(mode, {END}, depth=6, drafters=drafters)
     return eng
 
 
@@ -127,10 +127,11 @@ class CostlyDrafter:
 
 
 def test_auto_asks_a_costly_drafter_only_for_the_tokens_it_verifies_and_probes_while_off():
+    """Alone (as `--draft auto` would run a head with no lookup match): k is chosen before the
+    drafter is asked, and once off, only the policy's rare probes ask it."""
     script = "".join(chr(0x4E00 + (i * 7919) % 5000) for i in range(400))
-    eng = scripted(script, "auto")
     drafter = CostlyDrafter(lambda seq, k: [ord("#")] * k)  # always wrong
-    eng._drafting.drafter = drafter
+    eng = scripted(script, "auto", drafter)
     chunks = list(eng.chat([Message("user", script[::-1][:60])], ChatOptions(max_tokens=300)))
     assert "".join(c.text for c in chunks) == script[:300]
     assert not eng._drafting.policy.enabled
@@ -141,15 +142,15 @@ def test_auto_asks_a_costly_drafter_only_for_the_tokens_it_verifies_and_probes_w
 
 def test_a_costly_drafter_that_is_right_is_kept_and_the_text_is_the_same():
     script = "".join(chr(0x4E00 + (i * 7919) % 5000) for i in range(300))
-    eng = scripted(script, "mtp")
     prompt = [Message("user", "go")]
-    n_prompt = len(eng._encode(eng.render(prompt, True)))
+    n_prompt = [0]
 
     def oracle(seq, k):  # the script's own next tokens after the one being fed
-        at = len(seq) - n_prompt
+        at = len(seq) - n_prompt[0]
         return [ord(c) for c in script[at:at + k]]
 
-    eng._drafting.drafter = CostlyDrafter(oracle)
+    eng = scripted(script, "mtp", CostlyDrafter(oracle))
+    n_prompt[0] = len(eng._encode(eng.render(prompt, True)))
     chunks = list(eng.chat(prompt, ChatOptions(max_tokens=200)))
     assert "".join(c.text for c in chunks) == script[:200]
     s = chunks[-1].stats
@@ -184,8 +185,10 @@ def test_auto_drafts_with_the_mtp_head_where_the_model_carries_one(tiny_mtp, tin
     with_head = LlamaCppEngine(plan("auto"), tiny_mtp)
     without = LlamaCppEngine(plan("auto"), tiny_qwen35moe)
     try:
-        assert with_head._drafting.costly and with_head._mtp is not None
-        assert not without._drafting.costly and without._mtp is None
+        # prompt lookup first (free), the head where lookup has nothing that pays
+        assert [s.costly for s in with_head._drafting.sources] == [False, True]
+        assert with_head._mtp is not None
+        assert [s.costly for s in without._drafting.sources] == [False] and without._mtp is None
     finally:
         with_head.close()
         without.close()
@@ -220,3 +223,57 @@ def test_draft_mtp_on_a_model_without_the_head_says_what_to_do(tiny_qwen35moe):
 
     with pytest.raises(EngineError, match=r"no MTP block.*--draft ngram or auto"):
         LlamaCppEngine(plan("mtp"), tiny_qwen35moe)
+
+
+@pytest.mark.slow
+def test_the_cli_answers_with_mtp_drafts_and_says_what_to_do_without_the_head(tiny_mtp, tiny_qwen35moe):
+    import subprocess
+    import sys
+
+    def run(path):
+        return subprocess.run([sys.executable, "-m", "pocketchat", "-p", "Say hi.", "--model",
+                               str(path), "--draft", "mtp", "--offline"],
+                              capture_output=True, text=True, timeout=300)
+
+    ok = run(tiny_mtp)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.strip()  # an answer
+    refused = run(tiny_qwen35moe)
+    assert refused.returncode != 0 and refused.stdout == ""
+    assert refused.stderr.strip().splitlines() == [
+        "error: --draft mtp: this GGUF has no MTP block; use --draft ngram or auto"]
+
+
+def test_auto_takes_lookup_drafts_first_and_the_costly_drafter_where_lookup_has_none():
+    """The chat's `auto` with an MTP head: a repeat is drafted by prompt lookup (free); where
+    the text has no earlier match the head drafts; each keeps its own acceptance."""
+    from pocketchat.engines.draft.ngram import NgramDrafter
+
+    unique = "".join(chr(0x4E00 + (i * 7919) % 5000) for i in range(120))
+    script = unique + unique  # the second half repeats the first: lookup finds it
+    prompt = [Message("user", "go")]
+    n_prompt = [0]
+
+    def oracle(seq, k):
+        at = len(seq) - n_prompt[0]
+        return [ord(c) for c in script[at:at + k]]
+
+    head = CostlyDrafter(oracle)
+    eng = scripted(script, "auto", NgramDrafter(), head)
+    n_prompt[0] = len(eng._encode(eng.render(prompt, True)))
+    lookup_steps = []
+    real = eng._drafting._from
+
+    def spy(src, seq, limit):
+        out = real(src, seq, limit)
+        if out and not src.costly:
+            lookup_steps.append(len(seq) - n_prompt[0])
+        return out
+
+    eng._drafting._from = spy
+    chunks = list(eng.chat(prompt, ChatOptions(max_tokens=240)))
+    assert "".join(c.text for c in chunks) == script[:240]
+    assert head.asked and min(lookup_steps) >= 120  # lookup only once the text repeats
+    assert len(head.asked) > 10  # the head drafted the first half
+    ngram, mtp = eng._drafting.sources
+    assert ngram.policy.acceptance.observed > 0 and mtp.policy.acceptance.observed > 0

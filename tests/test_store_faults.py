@@ -237,7 +237,7 @@ def test_ctrl_c_in_the_cli_says_the_next_run_resumes(hub, data):
     proc = _cli(f"{REPO}:Q4_K_M", "--yes")
     _held_mid_transfer()
     proc.send_signal(signal.SIGINT)
-    _out, err = proc.communicate(timeout=20)
+    _out, err = proc.communicate(timeout=45)  # a loaded machine is slow; a hang (the 60 s stall) fails
     assert proc.returncode == 1, err
     assert "the next run resumes" in err and "Traceback" not in err
     # Every byte received is kept: the MiB written, and the rest the Ctrl-C flushed.

@@ -7,9 +7,10 @@ policy cuts it, and a proposal not verified still teaches the acceptance) and a 
 (`llamacpp.mtp.MtpDrafter`, `costly`: each token is a decode, so the policy picks k first and
 the head drafts only that many; a step's time includes its drafting).
 
-`--draft auto` drafts while the figures say it pays (with the MTP head where the model carries
-one, else by prompt lookup); `ngram` and `mtp` draft whenever the drafter has a proposal (the
-policy still learns); `off` never builds one of these.
+`--draft auto` drafts while the figures say it pays: by prompt lookup first, and with the MTP
+head (where the model carries one) at the steps where lookup offers nothing that pays; `ngram`
+and `mtp` draft with that drafter alone whenever it has a proposal (its policy still learns);
+`off` never builds one of these.
 """
 
 from __future__ import annotations
@@ -40,92 +41,134 @@ class DraftFigures:
 
 
 @dataclass
-class Drafting:
-    """Drafts for one sequence (see the module docstring)."""
+class Source:
+    """One drafter and its own policy (its cost curve, kept under `key`, and its acceptance)."""
 
-    mode: str  # "auto" | "ngram" | "mtp"
-    ends: Collection[int]
-    depth: int  # the most drafted tokens one step may verify
-    store: CostStore | None = None
-    key: str = ""
-    drafter: Drafter = field(default_factory=NgramDrafter)
-    policy: DraftPolicy = field(init=False)
-    figures: DraftFigures = field(default_factory=DraftFigures)
-    _shadow: tuple[int, list[int]] | None = None
-    _dirty: int = 0
-
-    def __post_init__(self) -> None:
-        costs = self.store.load(self.key, self.depth) if self.store is not None else None
-        self.policy = DraftPolicy(costs, k_max=self.depth)
-
-    @classmethod
-    def for_model(cls, mode: str, ends: Collection[int], depth: int, model_path: str,
-                  threads: int, cache_dir: object | None, drafter: Drafter | None = None,
-                  ) -> "Drafting | None":
-        """`drafter`: the model's MTP head where it runs one (its costs are kept apart)."""
-        if mode == "off" or depth <= 0:
-            return None
-        store = CostStore(cache_dir) if cache_dir is not None else None  # type: ignore[arg-type]
-        key = CostStore.key(platform.node() or "machine", str(model_path), threads)
-        if drafter is None:
-            return cls(mode, ends, depth, store, key)
-        return cls(mode, ends, depth, store, f"{key}|mtp", drafter)
+    drafter: Drafter
+    policy: DraftPolicy
+    key: str
+    shadow: tuple[int, list[int]] | None = None  # a free draft not verified: (at, tokens)
 
     @property
     def costly(self) -> bool:
         """Whether drafting a token costs a decode (the MTP head), not a look-up."""
         return bool(getattr(self.drafter, "costly", False))
 
-    def begin(self) -> None:
-        """A new answer: its figures start at zero."""
-        self.figures = DraftFigures()
-
-    def _sync(self, seq: Sequence[int]) -> None:
-        """The drafter's index follows the sequence (reset when it was cut back or changed)."""
-        known = self.drafter.tokens
+    def sync(self, seq: Sequence[int]) -> None:
+        """The drafter follows the sequence (reset when it was cut back or changed)."""
+        known = self.drafter.tokens  # type: ignore[attr-defined]
         n = len(known)
         if n > len(seq) or (n and known[n - 1] != seq[n - 1]) or (n > 8 and known[n - 8] != seq[n - 8]):
             self.drafter.reset(seq)
         elif n < len(seq):
             self.drafter.extend(seq[n:])
 
+
+@dataclass
+class Drafting:
+    """Drafts for one sequence (see the module docstring). `drafters` in the order they are
+    asked (the free one first); each keeps its own figures."""
+
+    mode: str  # "auto" | "ngram" | "mtp"
+    ends: Collection[int]
+    depth: int  # the most drafted tokens one step may verify
+    store: CostStore | None = None
+    key: str = ""
+    drafters: Sequence[Drafter] = ()
+    sources: list[Source] = field(init=False)
+    figures: DraftFigures = field(default_factory=DraftFigures)
+    _last: Source | None = None  # the source of this step's draft
+    _dirty: int = 0
+
+    def __post_init__(self) -> None:
+        self.sources = []
+        for drafter in self.drafters or (NgramDrafter(),):
+            key = f"{self.key}|mtp" if getattr(drafter, "costly", False) else self.key
+            costs = self.store.load(key, self.depth) if self.store is not None else None
+            self.sources.append(Source(drafter, DraftPolicy(costs, k_max=self.depth), key))
+
+    @classmethod
+    def for_model(cls, mode: str, ends: Collection[int], depth: int, model_path: str,
+                  threads: int, cache_dir: object | None, head: Drafter | None = None,
+                  ) -> "Drafting | None":
+        """`head`: the model's MTP head where it runs one: `mtp` drafts with it alone, `auto`
+        by prompt lookup first and with the head where lookup has nothing that pays."""
+        if mode == "off" or depth <= 0:
+            return None
+        store = CostStore(cache_dir) if cache_dir is not None else None  # type: ignore[arg-type]
+        key = CostStore.key(platform.node() or "machine", str(model_path), threads)
+        drafters: list[Drafter] = []
+        if mode in ("auto", "ngram"):
+            drafters.append(NgramDrafter())
+        if head is not None and mode in ("auto", "mtp"):
+            drafters.append(head)
+        return cls(mode, ends, depth, store, key, drafters) if drafters else None
+
+    @property
+    def drafter(self) -> Drafter:
+        """The first drafter asked."""
+        return self.sources[0].drafter
+
+    @property
+    def policy(self) -> DraftPolicy:
+        """The first drafter's policy."""
+        return self.sources[0].policy
+
+    def begin(self) -> None:
+        """A new answer: its figures start at zero."""
+        self.figures = DraftFigures()
+
     def propose(self, seq: Sequence[int], limit: int) -> list[int]:
         """The drafted tokens to verify after `seq` (its last token is fed with them); [] for a
         plain step."""
-        self._sync(seq)
-        if self._shadow is not None:
-            at, guess = self._shadow
-            if len(seq) >= at + len(guess):
-                self.policy.shadow(guess, seq[at: at + len(guess)])
-                self._shadow = None
+        self._last = None
         limit = min(limit, self.depth)
-        if limit <= 0 or (self.mode == "auto" and not self.policy.costs.known):
+        for src in self.sources:
+            src.sync(seq)
+            if src.shadow is not None:
+                at, guess = src.shadow
+                if len(seq) >= at + len(guess):
+                    src.policy.shadow(guess, seq[at: at + len(guess)])
+                    src.shadow = None
+        for src in self.sources:
+            drafts = self._from(src, seq, limit)
+            if drafts:
+                self._last = src
+                return drafts
+        return []
+
+    def _from(self, src: Source, seq: Sequence[int], limit: int) -> list[int]:
+        auto = self.mode == "auto"
+        if limit <= 0 or (auto and not src.policy.costs.known):
             return []  # (auto: a plain step is measured first, to weigh drafts against)
-        if self.costly and self.mode == "auto":
-            limit = self.policy.choose(limit)  # each drafted token costs: decide k first
+        if src.costly and auto:
+            limit = src.policy.choose(limit)  # each drafted token costs: decide k first
             if limit <= 0:
                 return []
-        proposal = self.drafter.propose(limit)
+        proposal = src.drafter.propose(limit)
         for i, token in enumerate(proposal):  # a draft never runs past an end of text
             if token in self.ends:
                 proposal = proposal[:i]
                 break
         if not proposal:
             return []
-        k = len(proposal) if self.mode != "auto" or self.costly else self.policy.choose(len(proposal))
+        k = src.policy.choose(len(proposal)) if auto and not src.costly else len(proposal)
         if k <= 0:
-            if self._shadow is None:
-                self._shadow = (len(seq), proposal)
+            if src.shadow is None:
+                src.shadow = (len(seq), proposal)
             return []
         return proposal[:k]
 
     def record(self, drafted: int, accepted: int, seconds: float) -> None:
         """A step ran: `drafted` tokens verified (0: plain), `accepted` kept, in `seconds`."""
-        self.policy.record(drafted, accepted, seconds)
-        if drafted:
+        if drafted and self._last is not None:
+            self._last.policy.record(drafted, accepted, seconds)
             self.figures.steps += 1
             self.figures.drafted += drafted
             self.figures.accepted += accepted
+        else:  # a plain step: what every drafter weighs its drafts against
+            for src in self.sources:
+                src.policy.record(0, 0, seconds)
         self._dirty += 1
         if self.store is not None and self._dirty >= 256:
             self.save()
@@ -135,7 +178,8 @@ class Drafting:
         self._dirty = 0
         if self.store is not None:
             try:
-                self.store.save(self.key, self.policy.costs)
+                for src in self.sources:
+                    self.store.save(src.key, src.policy.costs)
             except OSError:
                 pass
 
