@@ -95,6 +95,7 @@ def full(args: argparse.Namespace) -> None:
     kw = dict(n_ctx=1024, n_batch=64, n_ubatch=64, n_threads=args.threads,
               n_threads_batch=args.threads)
     print(f"model {path.name}, {args.threads} threads, prompt {len(prompt)} tokens, {n} generated")
+    warm(path)  # (a first pass over a cold file is slower: the bare loop ran first and paid it)
 
     # 1. the bare loop as the engine runs the CPU today
     t0 = time.perf_counter()
@@ -244,27 +245,23 @@ def mtp(args: argparse.Namespace) -> None:
     from pocketchat.engines.llamacpp import mtp as mtpmod
 
     path = Path(args.model)
-    prompt = [(i * 7919) % 5000 + 1000 for i in range(64)]
     n, k_max = args.tokens, 4
     kw = dict(n_ctx=1024, n_batch=64, n_ubatch=64, n_threads=args.threads, n_threads_batch=args.threads)
-    print(f"model {path.name}, {args.threads} threads, prompt {len(prompt)} tokens, {n} generated")
-
-    llm = new_llama(path, **kw)  # 1. bare
-    seq = RawSeq(llm)
-    prompt = [t % seq.n_vocab for t in prompt]  # (a small test model's vocabulary too)
-    times: list[float] = []
-    plain_greedy(seq, prompt, n, times=times)
-    bare_s = med(times)
-    seq.close()
-    llm.close()
-    del llm
+    warm(path)
+    bare_s = bare(path, n, kw)  # 1.
+    print(f"model {path.name}, {args.threads} threads, prompt 64 tokens, {n} generated")
     print(f"bare greedy: {1 / bare_s:.2f} tok/s ({bare_s * 1000:.0f} ms/token)")
-
+    if args.engine_only:
+        engine_runs(path, args.threads, bare_s, args.reps)
+        after = bare(path, n, kw)
+        print(f"bare greedy again, after: {1 / after:.2f} tok/s")
+        return
     def with_block(params) -> None:
         params.load_mtp = True
 
     llm = new_llama(path, model_setup=with_block, n_rs_seq=RS, flash_attn=True, **kw)  # 2.
     seq = RawSeq(llm)
+    prompt = [t % seq.n_vocab for t in PROMPT]  # (a small test model's vocabulary too)
     rollback = Rollback(seq.ctx, seq.model)
     head = mtpmod.MtpHead(llama_cpp, mtpmod.nextn_api(llama_cpp), seq.model, seq.ctx, n_ctx=1024,
                           n_batch=64, threads=args.threads, threads_batch=args.threads)
@@ -318,35 +315,71 @@ def mtp(args: argparse.Namespace) -> None:
     llm.close()
     del llm
     engine_runs(path, args.threads, bare_s)
+    after = bare(path, n, kw)
+    print(f"bare greedy again, after: {1 / after:.2f} tok/s")
 
 
-def engine_runs(path: Path, threads: int, bare_s: float) -> None:
-    """The engine end to end: a 64-token greedy answer per `--draft` mode (module docstring)."""
+PROMPT = [(i * 7919) % 5000 + 1000 for i in range(64)]
+
+
+def warm(path: Path) -> None:
+    """Read the file once, so that no run pays for its first reads from disk."""
+    with open(path, "rb") as f:
+        while f.read(64 << 20):
+            pass
+
+
+def bare(path: Path, n: int, kw: dict) -> float:
+    """Seconds per token of a bare greedy loop (the file as loaded without drafts)."""
+    llm = new_llama(path, **kw)
+    seq = RawSeq(llm)
+    times: list[float] = []
+    plain_greedy(seq, [t % seq.n_vocab for t in PROMPT], n, times=times)
+    seq.close()
+    llm.close()
+    return med(times)
+
+
+def engine_runs(path: Path, threads: int, bare_s: float, reps: int = 1) -> None:
+    """The engine end to end: a 64-token greedy answer per `--draft` mode, `reps` rounds of the
+    modes in turn (each round with an empty cost cache: its first `auto` answer is a user's
+    first), medians (module docstring)."""
     import os
     import tempfile
 
     from pocketchat import paths
     from pocketchat.engines.llamacpp.engine import LlamaCppEngine
     from pocketchat.engines.types import ChatOptions, Message
+    from pocketchat.modelfile.gguf import check_gguf
     from pocketchat.types import LoadPlan
 
-    os.environ["POCKETCHAT_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-draft-")
-    paths.reset()
     messages = [Message("user", "Write a short story about a lighthouse keeper.")]
     options = ChatOptions(temperature=0, max_tokens=64, ignore_eos=True, thinking=False)
-    print("the engine, a 64-token greedy answer (decode tok/s as the stats say):")
-    for label, mode in (("off", "off"), ("auto, first answer", "auto"),
-                        ("auto, what it learned kept", "auto"), ("mtp", "mtp")):
-        plan = LoadPlan(backend="llama.cpp", placement="cpu", n_gpu_layers=0, n_ctx=2048,
-                        n_threads=threads, n_threads_batch=threads, draft=mode)
-        eng = LlamaCppEngine(plan, path)
-        try:
-            final = list(eng.chat(messages, options))[-1]
-        finally:
-            eng.close()
-        s = final.stats
-        print(f"  {label:28s} {s.decode_tok_s:5.2f} tok/s = {s.decode_tok_s * bare_s:4.2f}x bare; "
-              f"{s.draft_steps} steps verified {s.drafted_tokens} drafted, {s.accepted_tokens} kept")
+    modes = [("off", "off"), ("auto, first answer", "auto"), ("auto, what it learned kept", "auto")]
+    if check_gguf(path).mtp_layers:
+        modes.append(("mtp (always)", "mtp"))
+    rates: dict[str, list[float]] = {label: [] for label, _ in modes}
+    drafts: dict[str, list[str]] = {label: [] for label, _ in modes}
+    for _ in range(reps):
+        os.environ["POCKETCHAT_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-draft-")
+        paths.reset()
+        for label, mode in modes:
+            plan = LoadPlan(backend="llama.cpp", placement="cpu", n_gpu_layers=0, n_ctx=2048,
+                            n_threads=threads, n_threads_batch=threads, draft=mode)
+            eng = LlamaCppEngine(plan, path)
+            try:
+                s = list(eng.chat(messages, options))[-1].stats
+            finally:
+                eng.close()
+            rates[label].append(s.decode_tok_s)
+            drafts[label].append(f"{s.drafted_tokens}/{s.accepted_tokens}")
+    off = med(rates["off"])
+    print(f"the engine, a 64-token greedy answer, median of {reps} rounds (decode tok/s as the "
+          f"stats say; drafted/kept per round):")
+    for label, _ in modes:
+        r = med(rates[label])
+        print(f"  {label:28s} {r:5.2f} tok/s = {r * bare_s:4.2f}x bare, {r / off:4.2f}x off; "
+              f"drafted/kept {', '.join(drafts[label])}")
 
 
 # -- small models, real text ---------------------------------------------------------------------
@@ -439,6 +472,8 @@ def small(args: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # (`mtp --engine-only --model /work/big/POCKET-35B-Q2_K-synthetic.gguf`: auto by prompt
+    # lookup alone, on a file without the head)
     sub = ap.add_subparsers(dest="part", required=True)
     f = sub.add_parser("full")
     f.add_argument("--model", default=str(FULL))
@@ -451,6 +486,8 @@ def main() -> None:
     m.add_argument("--threads", type=int, default=2)
     m.add_argument("--tokens", type=int, default=24)
     m.add_argument("--reps", type=int, default=3)
+    m.add_argument("--engine-only", action="store_true",
+                   help="only the engine's rows (e.g. on the file without the MTP block)")
     s = sub.add_parser("small")
     s.add_argument("--models", default="starter,gemma")
     s.add_argument("--threads", type=int, default=2)

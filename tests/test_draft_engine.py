@@ -277,3 +277,33 @@ def test_auto_takes_lookup_drafts_first_and_the_costly_drafter_where_lookup_has_
     assert len(head.asked) > 10  # the head drafted the first half
     ngram, mtp = eng._drafting.sources
     assert ngram.policy.acceptance.observed > 0 and mtp.policy.acceptance.observed > 0
+
+
+@pytest.mark.slow
+def test_a_paused_head_decodes_nothing_and_catches_up_from_its_last_positions(tiny_mtp):
+    """While `auto` has MTP drafts off the head rests (following costs a few percent of each
+    step); asked to draft again, it refills its KV from the last positions it kept."""
+    from pocketchat.engines.llamacpp.mtp import RING
+
+    eng = LlamaCppEngine(plan("mtp"), tiny_mtp)
+    try:
+        head = eng._mtp
+        first = eng._encode("abc " * 40)
+        eng.feed(first)
+        assert head.next == len(first)
+        head.follow(False)
+        more = eng._encode("xyz " * 40)
+        for i in range(0, len(more), 7):  # prompt pieces and single tokens alike
+            eng.feed(more[i:i + 7])
+        n = len(first) + len(more)
+        assert head.next == len(first) and head.steps == 0  # nothing decoded while paused
+        drafts = head.draft(more[-1], n, 3)
+        assert len(drafts) == 3 and head.catch_ups == 1
+        assert head.next == n  # its KV holds the kept positions again (the drafts removed)
+        mem = eng._lib.llama_get_memory(head.ctx)
+        assert eng._lib.llama_memory_seq_pos_min(mem, 0) == n - RING
+        head.follow(True)
+        eng.feed([more[-1]])
+        assert head.next == n + 1  # following again from there
+    finally:
+        eng.close()

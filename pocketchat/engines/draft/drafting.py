@@ -169,6 +169,10 @@ class Drafting:
         else:  # a plain step: what every drafter weighs its drafts against
             for src in self.sources:
                 src.policy.record(0, 0, seconds)
+        for src in self.sources:  # a costly drafter rests while its drafts are off
+            follow = getattr(src.drafter, "follow", None)
+            if follow is not None:
+                follow(self.mode != "auto" or src.policy.enabled)
         self._dirty += 1
         if self.store is not None and self._dirty >= 256:
             self.save()

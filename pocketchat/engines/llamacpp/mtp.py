@@ -14,9 +14,11 @@ target's states (llama.cpp's server does the same).
 A cut of the target's state (a rejected draft, a new prompt that diverges) cuts the head's KV
 at the same position (`cut`, or the next mirror); the state before the cut is kept from the
 last decode when it holds that row, else the head starts that position from zeros (its drafts
-are a little worse there; a draft is always verified, so the answer is the same). A prompt
-restored from the prompt cache leaves a gap in the head's KV: it starts over at the restored
-position and attends only to what came after it.
+are a little worse there; a draft is always verified, so the answer is the same). While the
+policy has drafts off, the head pauses (`follow(False)`: following costs a few percent of a
+step) and keeps only its input for the last `RING` positions; asked to draft again, or to
+follow, it fills its KV from those (`_catch_up`) and attends to them alone. A gap it cannot
+fill (a prompt restored from the prompt cache) starts it over at the restored position.
 
 The hidden-state accessors are llama.cpp's staging API (`src/llama-ext.h`, C++ names): they
 are looked up once in the loaded library, and a library without them has no MTP drafts.
@@ -25,6 +27,7 @@ are looked up once in the loaded library, and a library without them has no MTP 
 from __future__ import annotations
 
 import ctypes
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -35,6 +38,7 @@ _SET_NEXTN = "_Z26llama_set_embeddings_nextnP13llama_contextbb"
 _GET_NEXTN = "_Z26llama_get_embeddings_nextnP13llama_context"
 _GET_NEXTN_ITH = "_Z30llama_get_embeddings_nextn_ithP13llama_contexti"
 KEEP_ROWS = 16  # rows of a decode's hidden states kept for a cut inside it (a verified draft)
+RING = 64  # positions kept while paused, to catch the head up when drafts are tried again
 
 
 @dataclass(frozen=True)
@@ -90,48 +94,103 @@ class MtpHead:
         self._pending = np.zeros(self.n_embd, np.float32)  # target's state at `next - 1`
         self._rows = np.zeros((0, self.n_embd), np.float32)  # the last decode's states
         self._rows_at = 0  # the position of _rows[0]
+        self._end = 0  # the position after the target's last decode
+        self._ring: deque[tuple[int, int, np.ndarray]] = deque(maxlen=RING)  # (pos, token, state before)
         self._pos = (ctypes.c_int32 * 1)()
         self.next = 0  # positions [.., next) are in the head's KV
+        self.following = True
         self.steps = 0  # draft decodes run (for the figures)
+        self.catch_ups = 0
 
     # -- following the target ------------------------------------------------------------
     def mirror(self, tokens: Sequence[int], pos0: int) -> bool:
         """The target just decoded `tokens` at `pos0`.. (batch rows 0..n-1): the same into the
-        head, each with the target's state before it. False when llama.cpp refused."""
+        head, each with the target's state before it (while it follows; paused, only the last
+        `RING` positions are kept for a catch-up). False when llama.cpp refused."""
         n = len(tokens)
         if n == 0:
             return True
         lib, api = self._lib, self._api
-        if pos0 != self.next:
-            self.cut(pos0)
-            if pos0 != self.next:  # a gap (a restored prompt): start over there
-                lib.llama_memory_seq_rm(self._mem, 0, -1, -1)
-                self._pending[:] = 0.0
+        prev = self._state_before(pos0).copy()
         h = np.ctypeslib.as_array(api.rows(self._target), shape=(n, self.n_embd))
-        b = self._batch
-        lib.llama_batch_ext_clear(b)
-        for k, tok in enumerate(tokens):
-            row = self._pending if k == 0 else h[k - 1]
-            self._add(int(tok), pos0 + k, row, output=False)
-        rc = int(lib.llama_process(self.ctx, lib.LLAMA_PROCESS_TYPE_DECODE, b))
-        if rc != 0:
-            lib.llama_memory_seq_rm(self._mem, 0, -1, -1)
-            self.next = 0
-            return False
+        self._remember(tokens, pos0, prev, h)
         self._pending = h[n - 1].copy()
         self._rows = h[-KEEP_ROWS:].copy()
         self._rows_at = pos0 + n - len(self._rows)
+        self._end = pos0 + n
+        if not self.following:
+            return True
+        self._cut_kv(pos0)
+        if pos0 != self.next and not self._catch_up(pos0):  # a gap: start over there
+            lib.llama_memory_seq_rm(self._mem, 0, -1, -1)
+        lib.llama_batch_ext_clear(self._batch)
+        for k, tok in enumerate(tokens):
+            self._add(int(tok), pos0 + k, prev if k == 0 else h[k - 1], output=False)
+        if not self._process():
+            return False
         self.next = pos0 + n
         return True
 
+    def follow(self, on: bool) -> None:
+        """Follow every decode (drafts may come), or pause (the policy has drafts off: the head
+        costs nothing then, and catches up from its last `RING` positions when asked again)."""
+        self.following = on
+
     def cut(self, keep: int) -> None:
         """The target's sequence was cut to its first `keep` tokens."""
-        if keep >= self.next:
-            return
-        self._lib.llama_memory_seq_rm(self._mem, 0, keep, -1)
-        i = keep - 1 - self._rows_at
-        self._pending = self._rows[i].copy() if 0 <= i < len(self._rows) else np.zeros_like(self._pending)
-        self.next = keep
+        if keep < self._end:
+            self._pending = self._state_before(keep).copy()
+            self._end = keep
+            while self._ring and self._ring[-1][0] >= keep:
+                self._ring.pop()
+        self._cut_kv(keep)
+
+    def _state_before(self, pos: int) -> np.ndarray:
+        """The target's state at `pos - 1` (zeros where it is no longer known)."""
+        if pos == self._end:
+            return self._pending
+        i = pos - 1 - self._rows_at
+        return self._rows[i] if 0 <= i < len(self._rows) else np.zeros_like(self._pending)
+
+    def _remember(self, tokens: Sequence[int], pos0: int, prev: np.ndarray, h: np.ndarray) -> None:
+        ring = self._ring
+        if ring and ring[-1][0] >= pos0:
+            while ring and ring[-1][0] >= pos0:
+                ring.pop()
+        n = len(tokens)
+        for k in range(max(0, n - RING), n):
+            ring.append((pos0 + k, int(tokens[k]), prev if k == 0 else h[k - 1].copy()))
+
+    def _cut_kv(self, keep: int) -> None:
+        if keep < self.next:
+            self._lib.llama_memory_seq_rm(self._mem, 0, keep, -1)
+            self.next = keep
+
+    def _catch_up(self, pos0: int) -> bool:
+        """Fill the head's KV anew from the kept positions that end at `pos0` - 1."""
+        entries = [e for e in self._ring if e[0] < pos0]
+        if not entries or entries[-1][0] != pos0 - 1 or self._end != pos0 or any(
+                b[0] != a[0] + 1 for a, b in zip(entries, entries[1:])):
+            return False
+        lib = self._lib
+        lib.llama_memory_seq_rm(self._mem, 0, -1, -1)
+        self.next = 0
+        lib.llama_batch_ext_clear(self._batch)
+        for pos, tok, prev in entries:
+            self._add(tok, pos, prev, output=False)
+        if not self._process():
+            return False
+        self.next = pos0
+        self.catch_ups += 1
+        return True
+
+    def _process(self) -> bool:
+        lib = self._lib
+        if int(lib.llama_process(self.ctx, lib.LLAMA_PROCESS_TYPE_DECODE, self._batch)) != 0:
+            lib.llama_memory_seq_rm(self._mem, 0, -1, -1)
+            self.next = 0
+            return False
+        return True
 
     def _add(self, token: int, pos: int, h: np.ndarray, *, output: bool) -> None:
         lib, b = self._lib, self._batch
@@ -148,7 +207,7 @@ class MtpHead:
         """Up to `k` tokens after `last` (sampled, to be fed at `pos0`): each the head's argmax,
         the next from the head's own state. [] when the head does not follow the target to
         `pos0` (then a plain step runs and the mirror catches up)."""
-        if k <= 0 or self.next != pos0:
+        if k <= 0 or (self.next != pos0 and not self._catch_up(pos0)):
             return []
         lib, api = self._lib, self._api
         out: list[int] = []
@@ -197,6 +256,9 @@ class MtpDrafter:
 
     def extend(self, tokens: Sequence[int]) -> None:
         self._tokens.extend(int(t) for t in tokens)
+
+    def follow(self, on: bool) -> None:
+        self.head.follow(on)
 
     def propose(self, k: int) -> list[int]:
         seq = self._tokens
