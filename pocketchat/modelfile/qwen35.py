@@ -77,12 +77,7 @@ def tensor_table(shape: Qwen35Shape, n_vocab: int) -> list[TensorSpec]:
         out += [TensorSpec(p + "attn_norm.weight", (e,), "ones"),
                 TensorSpec(p + "post_attention_norm.weight", (e,), "ones")]
         if s.is_full_attention(i):
-            out += [TensorSpec(p + "attn_q.weight", (e, s.head_dim * s.n_head * 2)),
-                    TensorSpec(p + "attn_k.weight", (e, s.head_dim * s.n_head_kv)),
-                    TensorSpec(p + "attn_v.weight", (e, s.head_dim * s.n_head_kv)),
-                    TensorSpec(p + "attn_output.weight", (s.head_dim * s.n_head, e)),
-                    TensorSpec(p + "attn_q_norm.weight", (s.head_dim,), "ones"),
-                    TensorSpec(p + "attn_k_norm.weight", (s.head_dim,), "ones")]
+            out += _attention(s, p)
         else:
             out += [TensorSpec(p + "attn_qkv.weight", (e, key_dim * 2 + value_dim)),
                     TensorSpec(p + "attn_gate.weight", (e, value_dim)),
@@ -93,17 +88,34 @@ def tensor_table(shape: Qwen35Shape, n_vocab: int) -> list[TensorSpec]:
                     TensorSpec(p + "ssm_alpha.weight", (e, s.ssm_v_heads)),
                     TensorSpec(p + "ssm_norm.weight", (s.ssm_state,), "ones"),
                     TensorSpec(p + "ssm_out.weight", (value_dim, e))]
-        out += [TensorSpec(p + "ffn_gate_inp.weight", (e, s.n_expert)),
-                TensorSpec(p + "ffn_gate_exps.weight", (e, s.n_ff_exp, s.n_expert)),
-                TensorSpec(p + "ffn_up_exps.weight", (e, s.n_ff_exp, s.n_expert)),
-                TensorSpec(p + "ffn_down_exps.weight", (s.n_ff_exp, e, s.n_expert)),
-                TensorSpec(p + "ffn_gate_inp_shexp.weight", (e,)),
-                TensorSpec(p + "ffn_gate_shexp.weight", (e, s.n_ff_shexp)),
-                TensorSpec(p + "ffn_up_shexp.weight", (e, s.n_ff_shexp)),
-                TensorSpec(p + "ffn_down_shexp.weight", (s.n_ff_shexp, e))]
+        out += _experts(s, p)
     for i in range(s.n_layer, s.n_layer + s.mtp):
         out += _mtp_block(s, f"blk.{i}.")
     return out
+
+
+def _attention(s: Qwen35Shape, p: str) -> list[TensorSpec]:
+    """A full-attention layer's tensors (its query doubled: the output gate)."""
+    e = s.n_embd
+    return [TensorSpec(p + "attn_q.weight", (e, s.head_dim * s.n_head * 2)),
+            TensorSpec(p + "attn_k.weight", (e, s.head_dim * s.n_head_kv)),
+            TensorSpec(p + "attn_v.weight", (e, s.head_dim * s.n_head_kv)),
+            TensorSpec(p + "attn_output.weight", (s.head_dim * s.n_head, e)),
+            TensorSpec(p + "attn_q_norm.weight", (s.head_dim,), "ones"),
+            TensorSpec(p + "attn_k_norm.weight", (s.head_dim,), "ones")]
+
+
+def _experts(s: Qwen35Shape, p: str) -> list[TensorSpec]:
+    """A layer's routed experts, their router, and the gated shared expert."""
+    e = s.n_embd
+    return [TensorSpec(p + "ffn_gate_inp.weight", (e, s.n_expert)),
+            TensorSpec(p + "ffn_gate_exps.weight", (e, s.n_ff_exp, s.n_expert)),
+            TensorSpec(p + "ffn_up_exps.weight", (e, s.n_ff_exp, s.n_expert)),
+            TensorSpec(p + "ffn_down_exps.weight", (s.n_ff_exp, e, s.n_expert)),
+            TensorSpec(p + "ffn_gate_inp_shexp.weight", (e,)),
+            TensorSpec(p + "ffn_gate_shexp.weight", (e, s.n_ff_shexp)),
+            TensorSpec(p + "ffn_up_shexp.weight", (e, s.n_ff_shexp)),
+            TensorSpec(p + "ffn_down_shexp.weight", (s.n_ff_shexp, e))]
 
 
 def _mtp_block(s: Qwen35Shape, p: str) -> list[TensorSpec]:
@@ -117,20 +129,7 @@ def _mtp_block(s: Qwen35Shape, p: str) -> list[TensorSpec]:
             TensorSpec(p + "nextn.shared_head_norm.weight", (e,), "ones"),
             TensorSpec(p + "attn_norm.weight", (e,), "ones"),
             TensorSpec(p + "post_attention_norm.weight", (e,), "ones"),
-            TensorSpec(p + "attn_q.weight", (e, s.head_dim * s.n_head * 2)),
-            TensorSpec(p + "attn_k.weight", (e, s.head_dim * s.n_head_kv)),
-            TensorSpec(p + "attn_v.weight", (e, s.head_dim * s.n_head_kv)),
-            TensorSpec(p + "attn_output.weight", (s.head_dim * s.n_head, e)),
-            TensorSpec(p + "attn_q_norm.weight", (s.head_dim,), "ones"),
-            TensorSpec(p + "attn_k_norm.weight", (s.head_dim,), "ones"),
-            TensorSpec(p + "ffn_gate_inp.weight", (e, s.n_expert)),
-            TensorSpec(p + "ffn_gate_exps.weight", (e, s.n_ff_exp, s.n_expert)),
-            TensorSpec(p + "ffn_up_exps.weight", (e, s.n_ff_exp, s.n_expert)),
-            TensorSpec(p + "ffn_down_exps.weight", (s.n_ff_exp, e, s.n_expert)),
-            TensorSpec(p + "ffn_gate_inp_shexp.weight", (e,)),
-            TensorSpec(p + "ffn_gate_shexp.weight", (e, s.n_ff_shexp)),
-            TensorSpec(p + "ffn_up_shexp.weight", (e, s.n_ff_shexp)),
-            TensorSpec(p + "ffn_down_shexp.weight", (s.n_ff_shexp, e))]
+            *_attention(s, p), *_experts(s, p)]
 
 
 def add_hparams(w: Any, shape: Qwen35Shape) -> None:
