@@ -83,9 +83,7 @@ class Sink:
         self._thread.join()
         self._stopping = True
         self._sync_wanted.set()
-        # a write-back in flight may wait on the whole disk (a busy machine): the bytes are in
-        # the page cache already, so a stop (Ctrl-C) does not wait for it
-        self._syncer.join(timeout=1.0)
+        self._syncer.join()
         if flush and self.error is not None:
             raise self.error
 
