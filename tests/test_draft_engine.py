@@ -305,5 +305,11 @@ def test_a_paused_head_decodes_nothing_and_catches_up_from_its_last_positions(ti
         head.follow(True)
         eng.feed([more[-1]])
         assert head.next == n + 1  # following again from there
+        head.follow(False)
+        eng.feed(more[:20])
+        head.follow(True)  # resumed by the policy: the next decode catches it up first
+        eng.feed(more[20:21])
+        assert head.next == n + 22 and head.catch_ups == 2
+        assert eng._lib.llama_memory_seq_pos_min(mem, 0) == n + 21 - RING
     finally:
         eng.close()

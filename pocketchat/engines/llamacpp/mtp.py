@@ -113,6 +113,10 @@ class MtpHead:
         lib, api = self._lib, self._api
         prev = self._state_before(pos0).copy()
         h = np.ctypeslib.as_array(api.rows(self._target), shape=(n, self.n_embd))
+        if self.following:
+            self._cut_kv(pos0)
+            if pos0 != self.next and not self._catch_up(pos0):  # a gap: start over there
+                lib.llama_memory_seq_rm(self._mem, 0, -1, -1)
         self._remember(tokens, pos0, prev, h)
         self._pending = h[n - 1].copy()
         self._rows = h[-KEEP_ROWS:].copy()
@@ -120,9 +124,6 @@ class MtpHead:
         self._end = pos0 + n
         if not self.following:
             return True
-        self._cut_kv(pos0)
-        if pos0 != self.next and not self._catch_up(pos0):  # a gap: start over there
-            lib.llama_memory_seq_rm(self._mem, 0, -1, -1)
         lib.llama_batch_ext_clear(self._batch)
         for k, tok in enumerate(tokens):
             self._add(int(tok), pos0 + k, prev if k == 0 else h[k - 1], output=False)
@@ -169,7 +170,7 @@ class MtpHead:
     def _catch_up(self, pos0: int) -> bool:
         """Fill the head's KV anew from the kept positions that end at `pos0` - 1."""
         entries = [e for e in self._ring if e[0] < pos0]
-        if not entries or entries[-1][0] != pos0 - 1 or self._end != pos0 or any(
+        if not entries or entries[-1][0] != pos0 - 1 or any(
                 b[0] != a[0] + 1 for a, b in zip(entries, entries[1:])):
             return False
         lib = self._lib
@@ -207,8 +208,8 @@ class MtpHead:
         """Up to `k` tokens after `last` (sampled, to be fed at `pos0`): each the head's argmax,
         the next from the head's own state. [] when the head does not follow the target to
         `pos0` (then a plain step runs and the mirror catches up)."""
-        if k <= 0 or (self.next != pos0 and not self._catch_up(pos0)):
-            return []
+        if k <= 0 or self._end != pos0 or (self.next != pos0 and not self._catch_up(pos0)):
+            return []  # (the target's state before pos0 is not the one kept)
         lib, api = self._lib, self._api
         out: list[int] = []
         h = self._pending
