@@ -51,6 +51,7 @@ import argparse
 import statistics
 import sys
 import time
+from typing import Any
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -214,23 +215,36 @@ def near_ties(seq: RawSeq, prompt: list[int], ref: list[int], steps: int = 4) ->
           f"differs in {flips} of {len(gaps)} steps")
 
 
-def forced(seq: RawSeq, rollback: Rollback, prompt: list[int], n: int, k: int, m: int) -> float:
+def forced(seq: RawSeq, rollback: Rollback, prompt: list[int], n: int, k: int, m: int,
+           head: Any = None) -> float:
     """tok/s of n tokens whose every step verifies k drafted tokens and keeps the first m (the
-    verdict forced, the rest rolled back as a rejection is): acceptance m/k's real cost."""
+    verdict forced, the rest rolled back as a rejection is): acceptance m/k's real cost. With
+    `head` (an `MtpHead`) the drafts are its own, paid every step, and it follows the target."""
     seq.clear()
     seq.decode(prompt)
+    if head is not None:
+        head.cut(0)
+        head.mirror(prompt, 0)
     out = [seq.argmax(-1)]
     t0 = time.perf_counter()
     while len(out) < n:
-        proposal = [(out[-1] + 1 + j) % seq.n_vocab for j in range(k)]
         start = seq.pos
+        proposal = (head.draft(out[-1], start, k) if head is not None
+                    else [(out[-1] + 1 + j) % seq.n_vocab for j in range(k)])
         rollback.prepare(start)
         seq.decode([out[-1]] + proposal, all_logits=True)
+        if head is not None:
+            head.mirror([out[-1]] + proposal, start)
         out.extend(proposal[:m] + [seq.argmax(m)])
         undo = rollback.roll_back(start + 1 + m)
         seq.pos = undo.redo_from
+        if head is not None:
+            head.cut(undo.redo_from)
         if undo.redo_from < start + 1 + m:  # the snapshot kind decodes the kept tokens again
-            seq.decode(([out[-m - 2]] + proposal)[undo.redo_from - start:m + 1])
+            redo = ([out[-m - 2]] + proposal)[undo.redo_from - start:m + 1]
+            seq.decode(redo)
+            if head is not None:
+                head.mirror(redo, undo.redo_from)
     return (len(out) - 1) / (time.perf_counter() - t0)
 
 
@@ -292,23 +306,7 @@ def mtp(args: argparse.Namespace) -> None:
     print(f"forced acceptance with the head's drafts, k={k_max}: each step drafts k, verifies them "
           "in one batch, keeps the first m, rolls the rest back (target and head)")
     for m in (k_max, 3, 2, 1, 0):
-        seq.clear()
-        head.cut(0)
-        seq.decode(prompt)
-        head.mirror(prompt, 0)
-        out = [seq.argmax(-1)]
-        t0 = time.perf_counter()
-        while len(out) < n:
-            start = seq.pos
-            proposal = head.draft(out[-1], start, k_max)
-            rollback.prepare(start)
-            seq.decode([out[-1]] + proposal, all_logits=True)
-            head.mirror([out[-1]] + proposal, start)
-            out.extend(proposal[:m] + [seq.argmax(m)])
-            undo = rollback.roll_back(start + 1 + m)
-            seq.pos = undo.redo_from
-            head.cut(undo.redo_from)
-        tok_s = (len(out) - 1) / (time.perf_counter() - t0)
+        tok_s = forced(seq, rollback, prompt, n, k_max, m, head)
         print(f"  {100 * m // k_max:3d}% ({m}/{k_max} kept): {tok_s:5.2f} tok/s = {tok_s * bare_s:4.2f}x bare")
     head.close()
     seq.close()

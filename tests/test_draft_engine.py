@@ -98,10 +98,10 @@ def test_auto_goes_quiet_when_no_draft_is_ever_accepted():
     prompt = script[::-1][:60]
     eng = scripted(script, "auto")
     drafting = eng._drafting
-    drafting.drafter.propose = lambda k: [ord("#")] * k  # a drafter that is always wrong
+    drafting.sources[0].drafter.propose = lambda k: [ord("#")] * k  # a drafter that is always wrong
     chunks = list(eng.chat([Message("user", prompt)], ChatOptions(max_tokens=300)))
     assert "".join(c.text for c in chunks) == script[:300]
-    assert not drafting.policy.enabled
+    assert not drafting.sources[0].policy.enabled
     assert chunks[-1].stats.draft_steps < 40  # of 300 steps: off early, then rare probes
 
 
@@ -134,7 +134,7 @@ def test_auto_asks_a_costly_drafter_only_for_the_tokens_it_verifies_and_probes_w
     eng = scripted(script, "auto", drafter)
     chunks = list(eng.chat([Message("user", script[::-1][:60])], ChatOptions(max_tokens=300)))
     assert "".join(c.text for c in chunks) == script[:300]
-    assert not eng._drafting.policy.enabled
+    assert not eng._drafting.sources[0].policy.enabled
     s = chunks[-1].stats
     assert s.drafted_tokens == sum(drafter.asked)  # every token drafted was verified
     assert len(drafter.asked) < 40  # off early: then only the policy's probes draft at all

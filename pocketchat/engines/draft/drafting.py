@@ -104,16 +104,6 @@ class Drafting:
             drafters.append(head)
         return cls(mode, ends, depth, store, key, drafters) if drafters else None
 
-    @property
-    def drafter(self) -> Drafter:
-        """The first drafter asked."""
-        return self.sources[0].drafter
-
-    @property
-    def policy(self) -> DraftPolicy:
-        """The first drafter's policy."""
-        return self.sources[0].policy
-
     def begin(self) -> None:
         """A new answer: its figures start at zero."""
         self.figures = DraftFigures()

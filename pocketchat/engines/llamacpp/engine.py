@@ -95,7 +95,7 @@ class LlamaCppEngine(EngineBase):
         solo = plan.parallel <= 1
         self.n_ctx = llm.n_ctx() if solo else int(lib.llama_n_ctx_seq(self._ctx))
         self._batcher = Batcher(self._run_step, self._n_batch, solo=solo)
-        self._mtp = self._mtp_head(plan, loaded.mtp) if solo else None
+        self._mtp = self._mtp_head(plan, loaded.mtp)
         self._init_sequence(0)
         return EngineInfo(
             backend="llama.cpp",
@@ -140,10 +140,8 @@ class LlamaCppEngine(EngineBase):
         self._no_abort = lib.ggml_abort_callback()
 
     def _mtp_head(self, plan: Any, loaded: bool) -> MtpHead | None:
-        """The model's MTP head, for `--draft auto|mtp` on one sequence where the GGUF carries
-        one (`load.load_llama` loaded it); `--draft mtp` without one is an error."""
-        if plan.draft not in ("auto", "mtp"):
-            return None
+        """The model's MTP head where `load.load_llama` loaded it (`mtp.runs_head`); `--draft
+        mtp` without one is an error."""
         api = mtp.nextn_api(self._lib) if loaded else None
         if api is None or not mtp.mtp_layers(self._lib, self._llm.model):
             if plan.draft == "mtp":

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from pocketchat.errors import BackendMissing, EngineError
-from pocketchat.engines.llamacpp import moe
+from pocketchat.engines.llamacpp import moe, mtp
 from pocketchat.modelfile.gguf import GGUFInfo
 from pocketchat.types import LoadPlan
 
@@ -215,8 +215,7 @@ def load_llama(plan: LoadPlan, path: Path, info: GGUFInfo, *,
     progress_cb = llama_cpp.llama_progress_callback(progress)
 
     pool = _rpc_devices(plan)  # helpers' devices (rpc/client.py), kept alive with the model
-    # the MTP block drafts for one sequence (`--draft auto|mtp`); llama.cpp skips it otherwise
-    load_mtp = plan.draft in ("auto", "mtp") and info.mtp_layers > 0 and plan.parallel <= 1
+    load_mtp = mtp.runs_head(plan.draft, info.mtp_layers, plan.parallel)  # else llama.cpp skips it
 
     def setup(params: Any) -> None:
         params.load_mtp = load_mtp
