@@ -198,3 +198,14 @@ def test_a_gguf_with_an_mtp_block_counts_it_apart_from_the_trunk(tmp_path):
     assert on.weights - off.weights == with_head.mtp_bytes
     assert on.snapshots == (DRAFT_DEPTH * with_head.recurrent_state_bytes
                             + with_head.mtp_kv_per_token * 2 * est.effective_ctx(with_head, 4096))
+
+
+def test_inspect_judges_the_plan_with_the_drafts_the_chat_would_run(tiny_qwen35, capsys):
+    """`inspect` plans as `pocketchat` does: drafts on by default (their memory counted), and
+    `--draft off` as asked."""
+    hw = str(PROFILES / "linux-16gb.json")
+    plans = {}
+    for extra in ([], ["--draft", "off"]):
+        assert cli.main(["inspect", str(tiny_qwen35), "--hardware", hw, "--json", *extra]) == 0
+        plans[tuple(extra)] = json.loads(capsys.readouterr().out)["plan"]
+    assert plans[()]["draft"] == "auto" and plans[("--draft", "off")]["draft"] == "off"

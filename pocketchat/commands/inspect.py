@@ -71,7 +71,7 @@ def report(name: str, facts, where: str, sel: Selection) -> dict:
     try:
         check_fits(facts, profile, name)
         cand = fit.judge(build_from_facts(facts, name), profile, n_ctx=sel.ctx, backend=sel.backend,
-                         threads=sel.threads, downloaded=True, forced=True)
+                         threads=sel.threads, downloaded=True, forced=True, draft=sel.drafts)
         plan, gave_up = cand.plan, cand.gave_up
         if plan is not None:
             from pocketchat.commands.think import candidate_budget
