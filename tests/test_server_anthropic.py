@@ -11,7 +11,8 @@ import json
 
 import pytest
 
-from support import agentshapes, tinyqwen35
+from support import agentshapes
+from support.agentshapes import ALARM, LIGHTS, MODELS, SMALL, agent_model
 from support.serverproc import running
 
 anthropic = pytest.importorskip("anthropic")
@@ -19,28 +20,16 @@ httpx = pytest.importorskip("httpx")
 jsonschema = pytest.importorskip("jsonschema")
 
 pytestmark = pytest.mark.slow
-ALARM = {"type": "object", "properties": {"hour": {"type": "integer", "minimum": 0, "maximum": 23},
-                                          "mode": {"type": "string", "enum": ["beep", "music"]}},
-         "required": ["hour", "mode"], "additionalProperties": False}
 TOOLS = [{"name": "set_alarm", "description": "Set an alarm", "input_schema": ALARM},
-         {"name": "lights", "input_schema": {"type": "object", "properties": {"on": {"type": "boolean"}},
-                                             "required": ["on"], "additionalProperties": False}}]
+         {"name": "lights", "input_schema": LIGHTS}]
 ASK = [{"role": "user", "content": "Wake me at 7 with music."}]
 OFF = {"type": "disabled"}
-SMALL = {"type": "object", "properties": {"ok": {"type": "boolean"},
-                                          "n": {"type": "integer", "minimum": 0, "maximum": 9}},
-         "required": ["ok", "n"], "additionalProperties": False}
 
 
-@pytest.fixture(scope="module", params=["starter", "qwen35moe"])
+@pytest.fixture(scope="module", params=MODELS)
 def server(request, tmp_path_factory):
     home = tmp_path_factory.mktemp(f"anthropic-{request.param}")
-    if request.param == "starter":
-        spec = "starter"
-    else:
-        pytest.importorskip("llama_cpp")
-        spec = str(tinyqwen35.write_tiny_qwen35moe(home / "tiny-qwen35moe.gguf",
-                                                   chat_template=tinyqwen35.QWEN35_TOOLS_TEMPLATE))
+    spec = agent_model(request.param, home)
     ctx = "8192" if request.param == "starter" else "4096"  # Claude Code's request: 3,300 tokens
     with running(["--model", spec, "--ctx", ctx], home) as srv:
         srv.kind = request.param

@@ -11,7 +11,8 @@ import json
 
 import pytest
 
-from support import agentshapes, tinyqwen35
+from support import agentshapes
+from support.agentshapes import ALARM, LIGHTS, MODELS, SMALL, agent_model
 from support.serverproc import running
 
 openai = pytest.importorskip("openai")
@@ -19,30 +20,17 @@ httpx = pytest.importorskip("httpx")
 jsonschema = pytest.importorskip("jsonschema")
 
 pytestmark = pytest.mark.slow
-ALARM = {"type": "object", "properties": {"hour": {"type": "integer", "minimum": 0, "maximum": 23},
-                                          "mode": {"type": "string", "enum": ["beep", "music"]}},
-         "required": ["hour", "mode"], "additionalProperties": False}
 SET_ALARM = {"type": "function", "name": "set_alarm", "description": "Set an alarm",
              "parameters": ALARM, "strict": True}
-LIGHTS = {"type": "function", "name": "lights", "strict": True, "parameters": {
-    "type": "object", "properties": {"on": {"type": "boolean"}}, "required": ["on"],
-    "additionalProperties": False}}
+LIGHTS_TOOL = {"type": "function", "name": "lights", "strict": True, "parameters": LIGHTS}
 ASK = "Wake me at 7 with music."
 OFF = {"effort": "none"}
-SMALL = {"type": "object", "properties": {"ok": {"type": "boolean"},
-                                          "n": {"type": "integer", "minimum": 0, "maximum": 9}},
-         "required": ["ok", "n"], "additionalProperties": False}
 
 
-@pytest.fixture(scope="module", params=["starter", "qwen35moe"])
+@pytest.fixture(scope="module", params=MODELS)
 def server(request, tmp_path_factory):
     home = tmp_path_factory.mktemp(f"responses-{request.param}")
-    if request.param == "starter":
-        spec = "starter"
-    else:
-        pytest.importorskip("llama_cpp")
-        spec = str(tinyqwen35.write_tiny_qwen35moe(home / "tiny-qwen35moe.gguf",
-                                                   chat_template=tinyqwen35.QWEN35_TOOLS_TEMPLATE))
+    spec = agent_model(request.param, home)
     with running(["--model", spec, "--ctx", "4096"], home) as srv:
         srv.kind = request.param
         yield srv
@@ -88,11 +76,11 @@ def test_the_stream_helper_and_the_raw_event_sequence(client, server):
 @pytest.mark.parametrize("choice", ["required", {"type": "function", "name": "set_alarm"}],
                          ids=["required", "named"])
 def test_a_forced_function_call_validates_against_its_schema(client, choice):
-    r = client.responses.create(model="m", input=ASK, tools=[LIGHTS, SET_ALARM], tool_choice=choice,
+    r = client.responses.create(model="m", input=ASK, tools=[LIGHTS_TOOL, SET_ALARM], tool_choice=choice,
                                 parallel_tool_calls=False, max_output_tokens=300, reasoning=OFF)
     calls = [o for o in r.output if o.type == "function_call"]
     assert r.status == "completed" and len(calls) == 1 and calls[0].call_id
-    tool = {"set_alarm": SET_ALARM, "lights": LIGHTS}[calls[0].name]
+    tool = {"set_alarm": SET_ALARM, "lights": LIGHTS_TOOL}[calls[0].name]
     jsonschema.validate(json.loads(calls[0].arguments), tool["parameters"])
     if isinstance(choice, dict):
         assert calls[0].name == "set_alarm"

@@ -6,7 +6,34 @@ a reader of server-sent events that checks each protocol's event sequence."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, Iterable
+
+# what both agent protocols' tests ask of a model: a tool's arguments, a small JSON answer
+ALARM = {"type": "object", "properties": {"hour": {"type": "integer", "minimum": 0, "maximum": 23},
+                                          "mode": {"type": "string", "enum": ["beep", "music"]}},
+         "required": ["hour", "mode"], "additionalProperties": False}
+LIGHTS = {"type": "object", "properties": {"on": {"type": "boolean"}}, "required": ["on"],
+          "additionalProperties": False}
+SMALL = {"type": "object", "properties": {"ok": {"type": "boolean"},
+                                          "n": {"type": "integer", "minimum": 0, "maximum": 9}},
+         "required": ["ok", "n"], "additionalProperties": False}
+MODELS = ("starter", "qwen35moe")  # the starter, and a tiny model of POCKET's architecture
+
+
+def agent_model(kind: str, home: Path) -> str:
+    """The model spec for `kind` of `MODELS` (the tiny qwen35moe written under `home`, with
+    Qwen3.5's tool template)."""
+    if kind == "starter":
+        return "starter"
+    import pytest
+
+    pytest.importorskip("llama_cpp")
+    from support import tinyqwen35
+
+    return str(tinyqwen35.write_tiny_qwen35moe(home / "tiny-qwen35moe.gguf",
+                                               chat_template=tinyqwen35.QWEN35_TOOLS_TEMPLATE))
+
 
 TOOL_NAMES = ("Task", "Bash", "Glob", "Grep", "LS", "Read", "Edit", "MultiEdit", "Write",
               "NotebookEdit", "WebFetch", "TodoWrite")
