@@ -14,6 +14,7 @@ from pocketchat.engines.llamacpp.engine import LlamaCppEngine
 from pocketchat.engines.types import ChatOptions, Message
 from pocketchat.types import LoadPlan
 from support.tinyqwen35 import tiny_qwen35moe, write_tiny_qwen35moe  # noqa: F401 - a fixture
+from support.script_runtime import STEP_SECONDS
 
 CODE = "\n".join(f"def f{i}(x):\n    return x * {i} + {i * i}  # value {i}" for i in range(30))
 COPY = [Message("user", "Repeat this code exactly, then stop:\n" + CODE)]
@@ -78,7 +79,10 @@ def scripted(script: str, mode: str, *drafters):
     from support.script_runtime import END, ScriptEngine
 
     eng = ScriptEngine(script, n_ctx=2048)
-    eng._drafting = Drafting(mode, {END}, depth=6, drafters=drafters)
+    eng._drafting = Drafting(mode, {END}, depth=6, drafters=drafters, clock=eng.clock)
+    for drafter in drafters:  # a costly drafter's drafting takes the modelled clock's time
+        if isinstance(drafter, CostlyDrafter):
+            drafter.engine = eng
     return eng
 
 
@@ -106,14 +110,17 @@ def test_auto_goes_quiet_when_no_draft_is_ever_accepted():
 
 
 class CostlyDrafter:
-    """A drafter that costs a decode per token (as the MTP head): it records each k asked."""
+    """A drafter that costs a decode per token (as the MTP head: a fifth of a step each, on the
+    script engine's modelled clock): it records each k asked."""
 
     costly = True
+    SECONDS = 0.2 * STEP_SECONDS
 
     def __init__(self, guess):
         self.tokens: list[int] = []
         self.asked: list[int] = []
         self.guess = guess
+        self.engine = None  # the script engine whose clock its drafting takes time from
 
     def reset(self, tokens):
         self.tokens = list(tokens)
@@ -123,6 +130,8 @@ class CostlyDrafter:
 
     def propose(self, k):
         self.asked.append(k)
+        if self.engine is not None:
+            self.engine.charge(k * self.SECONDS)
         return self.guess(self.tokens, k)
 
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 from support.scripted_engine import Factory, Reply, ScriptedEngine
-from support.uitools import ReadingEngine, answered, ready, send, wait_for
+from support.uitools import ReadingEngine, answered, ready, screen_text, send, wait_for
 from pocketchat.conversations import Conversation
 from pocketchat.ui.app import create_app
 from pocketchat.ui.screens import ConfirmScreen, InfoScreen
@@ -147,8 +147,8 @@ def test_a_thought_streaming_folded_with_its_figures(snap_compare):
         await send(pilot, "Show me a Python function that adds two numbers.")
         await wait_for(pilot, engine.held.is_set)
         await wait_for(pilot, lambda: "think 24/64" in pilot.app.query_one("#status").plain)
-        await wait_for(pilot, lambda: any("24 tokens" in str(box.title)  # the title's own update
-                                          for box in pilot.app.query("Collapsible.thinking")))
+        await wait_for(pilot, lambda: "Thinking · 24 tokens" in screen_text(pilot.app),
+                       what="the thought's title on the screen")  # laid out, not only set
         await pilot.pause(0.2)
 
     try:

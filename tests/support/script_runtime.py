@@ -5,6 +5,10 @@ template writes `<role>content` lines and ends a generation prompt with `<assist
 thinking on it opens a thought (`<think>`), as Qwen's templates do. The runtime's state is the
 list of tokens fed (`fed`), which can be cut back. Each answer samples `script` one character at
 a time, then `END`; a step records its parts (`steps`), so tests see what was decoded.
+
+Its time is modelled, not measured (`clock`, for what weighs steps against each other: the draft
+policy): a step costs `STEP_SECONDS` plus `TOKEN_SECONDS` per token after its first, and a
+drafter may `charge` what its drafting costs, so those decisions do not depend on the machine.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from pocketchat.engines.types import EngineInfo
 from pocketchat.types import LoadPlan
 
 END = 0x110000
+STEP_SECONDS = 0.010  # a modelled decode step of one token
+TOKEN_SECONDS = 0.001  # each further token in the same step
 
 
 class TokenOps:
@@ -57,6 +63,7 @@ class ScriptEngine(EngineBase):
         self.steps: list[list[tuple[int, int]]] = []  # each step: (first position, count)
         self.gate: threading.Event | None = None
         self.on_token: Any = None  # called with the number of tokens sampled so far
+        self.now = 0.0  # the modelled clock (see the module docstring)
         self._thinking_template = thinking
         super().__init__(LoadPlan(backend="llama.cpp", placement="cpu", n_gpu_layers=0,
                                   n_ctx=n_ctx, n_batch=n_batch, n_threads=1, n_threads_batch=1),
@@ -93,10 +100,19 @@ class ScriptEngine(EngineBase):
     def _begin(self, sampling: Any, control: Any) -> None:
         self._next = 0
 
+    def clock(self) -> float:
+        """The modelled seconds so far."""
+        return self.now
+
+    def charge(self, seconds: float) -> None:
+        """Time spent beside the steps (a costly drafter's drafting)."""
+        self.now += seconds
+
     def _run_step(self, parts: list) -> int:
         for work, start, n in parts:
             self.steps.append((work.pos + start, n))
             self.ops.fed.extend(work.tokens[start: start + n])
+        self.now += STEP_SECONDS + TOKEN_SECONDS * max(0, sum(n for _, _, n in parts) - 1)
         return 0
 
     def _sample_at(self, index: int) -> tuple[int, Any]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import platform
 from dataclasses import dataclass, field
 import time
-from typing import Any, Collection, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 from pocketchat.engines.draft.ngram import Drafter, NgramDrafter
 from pocketchat.engines.draft.policy import CostStore, DraftPolicy
@@ -75,6 +75,7 @@ class Drafting:
     store: CostStore | None = None
     key: str = ""
     drafters: Sequence[Drafter] = ()
+    clock: Callable[[], float] = time.perf_counter  # a step's seconds, its drafting included
     sources: list[Source] = field(init=False)
     figures: DraftFigures = field(default_factory=DraftFigures)
     _last: Source | None = None  # the source of this step's draft
@@ -183,16 +184,16 @@ def advance(engine: Any, tokens: Sequence[int], limit: int) -> list[tuple[int, A
     drafted tokens verified in the same step), the accepted drafts (fed) and the
     correction or bonus token (not fed), each with its logprob."""
     drafting = engine._drafting
-    began = time.perf_counter()  # a step's time includes its drafting (an MTP head decodes)
-    drafts = (drafting.propose([*engine.cache.tokens, *tokens], limit)
-              if drafting is not None and limit > 0 else [])
+    if drafting is None:
+        return [engine.feed(tokens, sample=True)]
+    began = drafting.clock()  # a step's time includes its drafting (an MTP head decodes)
+    drafts = drafting.propose([*engine.cache.tokens, *tokens], limit) if limit > 0 else []
     if not drafts:
         out = [engine.feed(tokens, sample=True)]
-        if drafting is not None:
-            drafting.record(0, 0, time.perf_counter() - began)
+        drafting.record(0, 0, drafting.clock() - began)
         return out
     out = verify(engine, tokens, drafts)
-    drafting.record(len(drafts), len(out) - 1, time.perf_counter() - began)  # type: ignore[union-attr]
+    drafting.record(len(drafts), len(out) - 1, drafting.clock() - began)
     return out
 
 def verify(engine: Any, tokens: Sequence[int], drafts: Sequence[int]) -> list[tuple[int, Any]]:
