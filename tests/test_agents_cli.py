@@ -14,6 +14,7 @@ the CLI accepts."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -70,12 +71,17 @@ def codex():
 def test_claude_code_answers_one_turn(claude, server, tmp_path):
     # Claude Code takes an answer cut by max_tokens for an error, and it samples at temperature
     # 1: the tiny model's nonsense ends at an end token by chance, so it gets room to find one.
+    # Its words may be only blanks, so what is checked is Claude Code's own account of the turn
+    # (--output-format json: what it printed as `result`, and the usage it read from us).
     env = {"HOME": str(tmp_path), "ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "unused",
            "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "2048", "MAX_THINKING_TOKENS": "0"}
     done = run([claude, "-p", "Say hello.", "--model", "claude-haiku-4-5", "--tools", "",
-                "--system-prompt", "Be brief."], env, tmp_path)
+                "--system-prompt", "Be brief.", "--output-format", "json"], env, tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert done.stdout.strip(), done.stderr[-2000:]
+    turn = json.loads(done.stdout)
+    assert (turn["subtype"], turn["is_error"], turn["num_turns"]) == ("success", False, 1), turn
+    assert turn["stop_reason"] == "end_turn" and isinstance(turn["result"], str), turn
+    assert turn["usage"]["input_tokens"] + turn["usage"]["cache_read_input_tokens"] > 100, turn
 
 
 def test_codex_answers_one_turn(codex, server, tmp_path):

@@ -45,8 +45,30 @@ def test_no_thinking_passes_through_unchanged():
 
 def test_partial_tag_is_held_back_then_released():
     s = ThinkSplitter()
-    assert s.feed("x <thi") == ("x ", "")
+    assert s.feed("<thi") == ("", "")
     assert s.feed("s is not a tag") == ("<this is not a tag", "")
+
+
+def test_past_the_answers_start_nothing_is_held_back():
+    s = ThinkSplitter()
+    assert s.feed("x <thi") == ("x <thi", "")
+
+
+TAG_IN_ANSWER = "<think>\nplan\n</think>\n\nWrap it in <think> and </think>; <think> again."
+
+
+@pytest.mark.parametrize("cut", range(1, len(TAG_IN_ANSWER)))
+def test_a_think_tag_after_the_answer_started_is_answer_text(cut):
+    # A thought comes first: a model writing about the tag (or a random one past its thought)
+    # keeps its words in the answer, as llama.cpp's and vLLM's reasoning parsers read it.
+    want = ("Wrap it in <think> and </think>; <think> again.", "plan\n")
+    assert run([TAG_IN_ANSWER[:cut], TAG_IN_ANSWER[cut:]]) == want
+    assert run(list(TAG_IN_ANSWER)) == want
+
+
+def test_with_thinking_off_a_tag_mid_answer_opens_no_thought():
+    assert run(["<think>\n\n</think>\n\n", "Hi <think>x</think> there"]) == (
+        "Hi <think>x</think> there", "")
 
 
 def test_text_releases_immediately_when_it_cannot_be_a_tag():
@@ -82,7 +104,7 @@ def test_no_strip_keeps_whitespace():
 
 def test_saw_thinking_flag():
     s = ThinkSplitter()
-    s.feed("hello")
+    s.feed("\n")
     assert not s.saw_thinking
     s.feed("<think>")
     assert s.saw_thinking and s.in_thinking

@@ -12,6 +12,10 @@ streaming is never delayed by more than one tag's length.
 
 When the prompt already opened the block (a chat template whose generation prompt ends with
 `<think>`), start with `ThinkSplitter(in_thinking=True)`.
+
+A thought comes before the answer: once answer text has started, a `<think>` in it is text
+(a model that writes about the tag, or one past its thought), as llama.cpp's and vLLM's
+reasoning parsers read it.
 """
 
 from __future__ import annotations
@@ -45,8 +49,14 @@ class ThinkSplitter:
         answer: list[str] = []
         thinking: list[str] = []
         while text:
+            if not self.in_thinking and self._answer_started:
+                self._emit(text, answer, thinking)  # past the thought: all of it is answer
+                break
             tag = CLOSE_TAG if self.in_thinking else OPEN_TAG
             at = text.find(tag)
+            if at >= 0 and not self.in_thinking and self._starts_answer(text[:at]):
+                self._emit(text, answer, thinking)  # the tag comes after answer text: text
+                break
             if at >= 0:
                 self._emit(text[:at], answer, thinking)
                 text = text[at + len(tag) :]
@@ -55,7 +65,7 @@ class ThinkSplitter:
                 self._after_tag = True
                 continue
             keep = partial_suffix(text, (tag,))
-            if keep:
+            if keep and (self.in_thinking or not self._starts_answer(text[:-keep])):
                 self._pending = text[-keep:]
                 text = text[:-keep]
             self._emit(text, answer, thinking)
@@ -69,6 +79,9 @@ class ThinkSplitter:
         thinking: list[str] = []
         self._emit(text, answer, thinking)
         return "".join(answer), "".join(thinking)
+
+    def _starts_answer(self, text: str) -> bool:
+        return bool(text.strip() if self._strip else text)
 
     def _emit(self, text: str, answer: list[str], thinking: list[str]) -> None:
         if self._strip and self._after_tag:
