@@ -111,11 +111,12 @@ HEADER = (f"{'path':<8} {'tok/s':>7} {'bare':>7} {'ratio':>6} {'+us':>7} {'decod
 
 # -- the plan, the options ---------------------------------------------------------------------
 
-def choose(model: str, ctx: int, threads: int | None):
+def choose(model: str, ctx: int, threads: int | None, draft: str | None = None):
     from pocketchat.choose.model import choose_model
     from pocketchat.choose.selection import Selection
 
-    return choose_model(Selection(model=model, ctx=ctx, threads=threads, offline=True, yes=True))
+    return choose_model(Selection(model=model, ctx=ctx, threads=threads, draft=draft,
+                                  offline=True, yes=True))
 
 
 def options(tokens: int):
@@ -282,11 +283,10 @@ class _Timed:
 # -- (e) the chat in tmux -------------------------------------------------------------------------
 
 class TmuxPath:
-    def __init__(self, tokens: int, ctx: int, threads: int | None) -> None:
+    def __init__(self, tokens: int, ctx: int, extra: list[str]) -> None:
         import terminal  # benchmarks/terminal.py: the chat in a tmux pane, its status bar read
 
         env = {**os.environ, "PYTHONPATH": str(REPO)}
-        extra = ["--threads", str(threads)] if threads else []
         self.app = terminal.TerminalApp(tokens, ctx, env, extra)
         self.expect = 0.0
         self.cpu: list[float] = []
@@ -303,11 +303,10 @@ class TmuxPath:
 # -- (f) the server ------------------------------------------------------------------------------
 
 class ServePath:
-    def __init__(self, tokens: int, ctx: int, parallel: int, threads: int | None) -> None:
+    def __init__(self, tokens: int, ctx: int, parallel: int, extra: list[str]) -> None:
         from support.serverproc import ServerProcess
 
         self.home = Path(tempfile.mkdtemp(prefix="bench-overhead-serve-"))
-        extra = ["--threads", str(threads)] if threads else []
         self.srv = ServerProcess(["--model", "starter", "--ctx", str(ctx), "--parallel",
                                   str(parallel), *extra], self.home,
                                  env={"POCKETCHAT_CACHE_DIR": _cache_dir()})
@@ -372,10 +371,12 @@ def open_path(name: str, choice: Any, a: argparse.Namespace) -> Any:
 
         return EnginePath(open_engine(plan, path, name=choice.label, chunk_interval=CHUNK_INTERVAL),
                           a.tokens, name)
+    extra = (["--threads", str(a.threads)] if a.threads else []) + (
+        ["--draft", a.draft] if a.draft else [])  # the CLI's flags for what this plan was given
     if name == "tmux":
-        return TmuxPath(a.tokens, a.ctx, a.threads)
+        return TmuxPath(a.tokens, a.ctx, extra)
     if name.startswith("serve"):
-        return ServePath(a.tokens, a.ctx, int(name[5:]), a.threads)
+        return ServePath(a.tokens, a.ctx, int(name[5:]), extra)
     raise SystemExit(f"unknown path {name!r}; choose from {', '.join(PATHS)}")
 
 
@@ -454,16 +455,19 @@ def main() -> int:
     p.add_argument("--adaptive", action="store_true",
                    help="leave the thread count to the engine's policy (engines/threads.py) on\n"
                         "the pocketchat paths instead of pinning it (the bare loop keeps the plan's)")
+    p.add_argument("--draft", choices=["auto", "off", "ngram"], default=None,
+                   help="the pocketchat paths' drafts (default: the plan's, auto; the bare loop\n"
+                        "never drafts)")
     p.add_argument("--paths", default=",".join(PATHS),
                    help=f"which paths, in order (default: {','.join(PATHS)})")
     p.add_argument("--profile", action="store_true", help="cProfile the in-process engine instead")
     a = p.parse_args()
     os.environ.setdefault("POCKETCHAT_DATA_DIR", tempfile.mkdtemp(prefix="bench-overhead-"))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    choice = choose(a.model, a.ctx, a.threads)
+    choice = choose(a.model, a.ctx, a.threads, a.draft)
     if not a.adaptive:  # equal settings: the plan's count everywhere, never moved
         a.threads = choice.plan.n_threads
-        choice = choose(a.model, a.ctx, a.threads)
+        choice = choose(a.model, a.ctx, a.threads, a.draft)
     if a.profile:
         profile(choice, a)
         return 0
@@ -471,6 +475,7 @@ def main() -> int:
     s = merge_sampling_of(plan)
     names = [n.strip() for n in a.paths.split(",") if n.strip()]
     print(f"{choice.label}: ctx {plan.n_ctx}, n_batch {plan.n_batch}, threads {plan.n_threads}"
+          f", drafts {plan.draft}"
           f"{' (pinned)' if plan.threads_pinned else ''}, {'greedy' if s.greedy else 'sampled'} "
           f"(temp {s.temperature}, top-k {s.top_k}, top-p {s.top_p}, min-p {s.min_p}, repeat "
           f"{s.repeat_penalty}), seed 1, ignore_eos; {a.tokens} tokens, {a.pairs} pairs each")

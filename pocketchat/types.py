@@ -172,6 +172,13 @@ DRAFT_DEPTH = 4
 DEFAULT_DRAFT = "auto"
 
 
+def runs_head(draft: str, block_layers: int, sequences: int) -> bool:
+    """Whether a model's MTP head is loaded and drafts: `--draft auto|mtp`, a GGUF with the
+    block, one sequence (`serve --parallel N` drafts by lookup only). The load reads it
+    (engines/llamacpp/load.py) and the memory estimate counts what it loads."""
+    return draft in ("auto", "mtp") and block_layers > 0 and sequences <= 1
+
+
 def checkpoint_bytes(recurrent_state_bytes: int, count: int = MAX_CHECKPOINTS) -> int:
     """RAM `count` checkpoints of a state of this size may take (0: no recurrent state)."""
     return min(max(count, 0) * max(recurrent_state_bytes, 0), MAX_CHECKPOINT_BYTES)

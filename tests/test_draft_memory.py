@@ -8,6 +8,7 @@ why an MLX plan runs no drafts."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pocketchat import cli
 from pocketchat.select import catalog, fit
 from pocketchat.select import estimate as est
@@ -72,11 +73,12 @@ def test_the_ladder_trades_drafts_before_any_context():
     assert gave_up(steps[2], steps[0])[0].startswith("drafts") and "context 6144" in gave_up(steps[2], steps[0])[1]
 
 
-def machine_with_room(build, n_ctx: int, snapshots: int, extra: int = 0):
+def machine_with_room(build, n_ctx: int, snapshots: int, extra: int = 0, head: bool = False):
     """linux-16gb with exactly the RAM this build needs on the CPU at this step (+ `extra`)."""
     data = json.loads((PROFILES / "linux-16gb.json").read_text())
     profile = profile_from_json(data)
-    need = est.memory_need(build, n_ctx, snapshots=snapshots, repack=repacked_types(profile))
+    need = est.memory_need(build, n_ctx, snapshots=snapshots, repack=repacked_types(profile),
+                           head=head)
     data["ram_available_bytes"] = profile.ram_available_bytes - cpu_budget(profile) + need.total + extra
     return profile_from_json(data)
 
@@ -193,11 +195,51 @@ def test_a_gguf_with_an_mtp_block_counts_it_apart_from_the_trunk(tmp_path):
     # K and V of the block's one attention layer per token
     assert with_head.mtp_kv_per_token == plain.kv_heads[0] * (plain.key_length + plain.value_length)
     off = est.need_from_facts(with_head, 4096)
-    on = est.need_from_facts(with_head, 4096, snapshots=DRAFT_DEPTH)
+    on = est.need_from_facts(with_head, 4096, snapshots=DRAFT_DEPTH, head=True)
     assert off == est.need_from_facts(plain, 4096)  # not loaded without drafts
-    assert on.weights - off.weights == with_head.mtp_bytes
-    assert on.snapshots == (DRAFT_DEPTH * with_head.recurrent_state_bytes
-                            + with_head.mtp_kv_per_token * 2 * est.effective_ctx(with_head, 4096))
+    assert on.weights - off.weights == on.head_weights == with_head.mtp_bytes
+    assert on.snapshots == DRAFT_DEPTH * with_head.recurrent_state_bytes
+    assert on.head_kv == with_head.mtp_kv_per_token * 2 * est.effective_ctx(with_head, 4096)
+    assert on.total - off.total == on.snapshots + on.head
+
+
+HEAD = 310 * 1000**2  # POCKET Q2_K's MTP block
+
+
+def mtp_facts() -> ModelFacts:
+    return replace(facts(STATE), file_bytes=2 * 10**9 + HEAD, weight_bytes=2 * 10**9 + HEAD,
+                   mtp_bytes=HEAD, mtp_kv_per_token=2 * (128 + 128))
+
+
+def test_the_mtp_head_is_counted_only_by_the_drafts_that_load_it():
+    """`--draft auto|mtp` load the block on one sequence; `ngram` never does: its plan counts
+    the snapshots alone (it counted the 0.31 GB block too)."""
+    build = est.build_from_facts(mtp_facts(), "mtp")
+    profile = load_profile(PROFILES / "linux-16gb.json")
+    mem = {d: fit.judge(build, profile, n_ctx=4096, draft=d, forced=True).estimated_memory_bytes
+           for d in ("off", "ngram", "auto", "mtp")}
+    head = HEAD + 2 * (128 + 128) * 2 * 4096
+    assert mem["ngram"] == mem["off"] + DRAFT_DEPTH * STATE
+    assert mem["auto"] == mem["mtp"] == mem["ngram"] + head
+    assert fit.draft_head(build, "auto") and not fit.draft_head(build, "ngram")
+    assert not fit.draft_head(est.build_from_facts(facts(STATE), "no block"), "auto")
+
+
+def test_serve_counts_more_sequences_in_the_room_the_head_leaves():
+    """`serve --parallel N` drafts by lookup only, so beside a second sequence the head is not
+    loaded: its memory makes room for that sequence."""
+    from pocketchat.select.budget import Budget
+    from pocketchat.select.place import placements, sequences_that_fit
+
+    build = est.build_from_facts(mtp_facts(), "mtp")
+    step = Step(4096, snapshots=DRAFT_DEPTH, head=True)
+    need = est.memory_need(build, 4096, snapshots=DRAFT_DEPTH, head=True)
+    short = need.per_sequence - need.head // 2  # a second sequence fits only without the head
+    profile = machine_with_room(build, 4096, DRAFT_DEPTH, extra=short, head=True)
+    fits = next(f for f in placements(build, Budget.of(profile), step, None) if f.fits)
+    assert sequences_that_fit(build, Budget.of(profile), step, fits) == 2
+    no_head = Step(4096, snapshots=DRAFT_DEPTH)  # ngram: nothing to leave out
+    assert sequences_that_fit(build, Budget.of(profile), no_head, fits) == 1
 
 
 def test_inspect_judges_the_plan_with_the_drafts_the_chat_would_run(tiny_qwen35, capsys):

@@ -111,14 +111,23 @@ class MemoryNeed:
     repacked: int = 0  # of `weights`: held as llama.cpp's repacked copy, in anonymous memory
     cold: int = 0  # file pages a load maps and reads that decoding never reads again
     # copies of the recurrent state drafting keeps per sequence (llama.cpp's n_rs_seq), held
-    # where the state is: a rejected draft is rolled back to one (and an MTP block's KV)
+    # where the state is: a rejected draft is rolled back to one
     snapshots: int = 0
+    # the MTP head drafts load (`types.runs_head`): its block's weights (of `weights`) and its
+    # KV cache (one sequence's: more than one sequence runs without the head)
+    head_weights: int = 0
+    head_kv: int = 0
 
     @property
     def total(self) -> int:
         """What the load needs resident to decode at full speed."""
         return (self.weights + self.kv_cache + self.state + self.snapshots + self.compute
-                + self.overhead + self.checkpoints)
+                + self.overhead + self.checkpoints + self.head_kv)
+
+    @property
+    def head(self) -> int:
+        """What the MTP head takes, which a load of more than one sequence leaves out."""
+        return self.head_weights + self.head_kv
 
     @property
     def per_sequence(self) -> int:
@@ -172,20 +181,19 @@ def compute_bytes(facts: ModelFacts, n_ctx: int, *, on_gpu: bool, n_batch: int =
 
 def need_from_facts(facts: ModelFacts, n_ctx: int, *, on_gpu: bool = False, kv_type: str = "f16",
                     n_batch: int = N_BATCH, checkpoints: int = MAX_CHECKPOINTS,
-                    repack: frozenset[int] = frozenset(), snapshots: int = 0) -> MemoryNeed:
+                    repack: frozenset[int] = frozenset(), snapshots: int = 0,
+                    head: bool = False) -> MemoryNeed:
     """Weights + KV cache + recurrent state + compute + runtime + `checkpoints` copies of the
     state, from the header's facts. `repack`: the ggml types llama.cpp repacks on this CPU
     (select/repack.py); on the CPU those weights become anonymous memory. `snapshots`: the
-    state's copies drafting keeps (the plan's draft depth; 0: no drafts), with an MTP block's
-    weights and KV where the model carries one."""
+    state's copies drafting keeps (the plan's draft depth; 0: no drafts); `head`: whether the
+    drafts load the model's MTP block (its weights and KV)."""
     ctx = effective_ctx(facts, n_ctx)
     elem = KV_ELEM_BYTES.get(kv_type.lower(), 2.0)
     repacked = 0 if on_gpu else repacked_bytes(facts.weight_type_bytes, repack)
-    # an MTP block is loaded only for drafts: its weights, and its KV beside the snapshots
-    head = facts.mtp_bytes if snapshots > 0 else 0
-    head_kv = int(facts.mtp_kv_per_token * elem * ctx) if snapshots > 0 else 0
+    head_weights = facts.mtp_bytes if head else 0  # an MTP block loads only for its drafts
     return MemoryNeed(
-        weights=facts.weight_bytes - facts.embedding_bytes - facts.mtp_bytes + head,
+        weights=facts.weight_bytes - facts.embedding_bytes - facts.mtp_bytes + head_weights,
         kv_cache=facts.kv_cache_bytes(ctx, elem),
         state=facts.recurrent_state_bytes,
         compute=compute_bytes(facts, ctx, on_gpu=on_gpu, n_batch=min(n_batch, ctx)),
@@ -193,7 +201,9 @@ def need_from_facts(facts: ModelFacts, n_ctx: int, *, on_gpu: bool = False, kv_t
         checkpoints=checkpoint_bytes(facts.recurrent_state_bytes, checkpoints),
         repacked=repacked,
         cold=repacked + facts.embedding_bytes,
-        snapshots=max(snapshots, 0) * facts.recurrent_state_bytes + head_kv,
+        snapshots=max(snapshots, 0) * facts.recurrent_state_bytes,
+        head_weights=head_weights,
+        head_kv=int(facts.mtp_kv_per_token * elem * ctx) if head else 0,
     )
 
 
@@ -234,16 +244,17 @@ def build_from_facts(facts: ModelFacts, name: str, *, repo_id: str = "", filenam
 
 def memory_need(build: Build, n_ctx: int, *, on_gpu: bool = False, checkpoints: int = MAX_CHECKPOINTS,
                 n_batch: int = N_BATCH, repack: frozenset[int] = frozenset(),
-                snapshots: int = 0) -> MemoryNeed:
+                snapshots: int = 0, head: bool = False) -> MemoryNeed:
     """Weights + KV cache + recurrent state + compute buffers + runtime overhead + checkpoints
-    (+ `snapshots` copies of the recurrent state for drafting: the draft depth, 0 without).
+    (+ `snapshots` copies of the recurrent state for drafting: the draft depth, 0 without; +
+    the MTP block where `head`: drafts load it).
 
     `n_batch` counts only with the header's facts: the offline fallback's compute figure is a
     measured constant. `repack`: the types llama.cpp repacks on this CPU (`repack.repacked_types`);
     without the header, a POCKET build's share of each type comes from its quant."""
     if build.facts is not None:
         return need_from_facts(build.facts, n_ctx, on_gpu=on_gpu, checkpoints=checkpoints, n_batch=n_batch,
-                               repack=repack, snapshots=snapshots)
+                               repack=repack, snapshots=snapshots, head=head)
     state = RECURRENT_STATE_BYTES if build.expert_fraction > 0 else 0
     repacked = 0 if on_gpu else repacked_bytes(pocket_type_bytes(build.quant, build.size_bytes), repack)
     return MemoryNeed(

@@ -24,7 +24,7 @@ from pocketchat.select.place import Fit, placements, sequences_that_fit
 from pocketchat.types import (DRAFT_DEPTH, MAX_PROMPT_CACHE_BYTES, MAX_PROMPT_CACHE_DISK_BYTES,
                               MIN_FREE_DISK_BYTES, PROMPT_CACHE_DISK_SHARE, PROMPT_CACHE_SHARE,
                               Build, Candidate, HardwareProfile, LoadPlan, Recommendation,
-                              Sampling)
+                              Sampling, runs_head)
 
 __all__ = [
     "CTX_STEPS", "DEFAULT_CTX", "MIN_CTX", "SMALLEST_CTX", "Budget", "Choice", "Fit", "check_request",
@@ -80,10 +80,18 @@ def draft_snapshots(build: Build, draft: str = "off") -> int:
     return DRAFT_DEPTH if est.pocket_facts(build).recurrent_state_bytes > 0 else 0
 
 
+def draft_head(build: Build, draft: str = "off") -> bool:
+    """Whether drafts (`--draft`) load this build's MTP head on one sequence (llama.cpp, a
+    GGUF with the block: `types.runs_head`); more sequences leave it out (`sequences_that_fit`)."""
+    block = 1 if build.facts is not None and build.facts.mtp_bytes > 0 else 0
+    return build.format != "mlx" and runs_head(draft, block, 1)
+
+
 def plan_draft(build: Build, step: Step, draft: str = "off") -> str:
     """The drafts a plan at this step runs: those asked for, but off on MLX (its hybrid cache
     cannot be cut back to a draft's accepted part) and where the step traded their snapshots."""
-    if build.format == "mlx" or (draft_snapshots(build, draft) and not step.snapshots):
+    if build.format == "mlx" or ((draft_snapshots(build, draft) or draft_head(build, draft))
+                                 and not step.drafts):
         return "off"
     return draft
 
@@ -94,7 +102,8 @@ def choose(build: Build, budget: Budget | HardwareProfile, backend: str | None,
     budget = Budget.of(budget)
     if model_max is None and build.facts is not None:
         model_max = build.facts.context_length
-    steps, note = ladder(requested, model_max, snapshots=draft_snapshots(build, draft))
+    steps, note = ladder(requested, model_max, snapshots=draft_snapshots(build, draft),
+                         head=draft_head(build, draft))
     for step in steps:
         tried = placements(build, budget, step, backend)
         found = next((f for f in tried if f.fits), None)

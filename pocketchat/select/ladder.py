@@ -2,9 +2,10 @@
 
 A plan tries `ladder(...)` best first and takes the first step that fits:
 
-0. with drafts asked for (`--draft auto|ngram`) on a model whose rollback copies a recurrent
-   state (a hybrid on llama.cpp): the first context with drafting's snapshots of that state,
-   then the same context without them (drafts off): drafts go before any context does;
+0. with drafts asked for (`--draft auto|ngram|mtp`) on a model whose rollback copies a recurrent
+   state (a hybrid on llama.cpp) or whose drafts load its MTP head: the first context with
+   drafting's snapshots of that state and the head, then the same context without them
+   (drafts off): drafts go before any context does;
 1. the context: the requested one, else 8192 and the smaller steps down to 2048 (never more
    than the model was trained for), with everything else in full;
 2. then the same contexts with fewer prompt-cache checkpoints of a recurrent state (3, 2, 1:
@@ -38,6 +39,12 @@ class Step:
     checkpoints: int = MAX_CHECKPOINTS
     n_batch: int = N_BATCH
     snapshots: int = 0  # recurrent-state copies drafting keeps per sequence (0: drafts off)
+    head: bool = False  # drafts load the model's MTP head (`types.runs_head`)
+
+    @property
+    def drafts(self) -> bool:
+        """Whether this step keeps the memory drafts need (none needed: they run anyway)."""
+        return self.snapshots > 0 or self.head
 
     @property
     def traded(self) -> bool:
@@ -61,11 +68,13 @@ def context_steps(requested: int | None, model_max: int | None = None) -> tuple[
 
 
 def ladder(requested: int | None, model_max: int | None = None, *,
-           snapshots: int = 0) -> tuple[list[Step], str | None]:
+           snapshots: int = 0, head: bool = False) -> tuple[list[Step], str | None]:
     """Every step to try, best first (see the module's docstring), and the context note.
-    `snapshots`: the recurrent-state copies drafts need (0: no drafts, or they cost nothing)."""
+    `snapshots`: the recurrent-state copies drafts need (0: no drafts, or they cost nothing);
+    `head`: whether they load the model's MTP head."""
     ctxs, note = context_steps(requested, model_max)
-    steps = [Step(ctxs[0], snapshots=snapshots)] if snapshots > 0 else []
+    top = Step(ctxs[0], snapshots=snapshots, head=head)
+    steps = [top] if top.drafts else []
     steps += [Step(c) for c in ctxs]
     steps += [Step(c, k) for c in ctxs for k in FEWER_CHECKPOINTS]
     steps += [Step(c, 0) for c in ctxs]
@@ -76,8 +85,10 @@ def ladder(requested: int | None, model_max: int | None = None, *,
 def gave_up(step: Step, top: Step, *, recurrent: bool = True) -> tuple[str, ...]:
     """What `step` gives up against `top`, in words (nothing: the same)."""
     lost: list[str] = []
-    if step.snapshots < top.snapshots:
-        lost.append(f"drafts (off: their {top.snapshots} recurrent-state snapshots per sequence)")
+    if top.drafts and not step.drafts:
+        held = [f"{top.snapshots} recurrent-state snapshots per sequence"] if top.snapshots else []
+        held += ["the MTP head"] if top.head else []
+        lost.append(f"drafts (off: their {' and '.join(held)})")
     if step.n_ctx < top.n_ctx:
         lost.append(f"context {step.n_ctx} (not {top.n_ctx})")
     if recurrent and step.checkpoints < top.checkpoints:

@@ -64,9 +64,10 @@ def sequences_that_fit(build: Build, budget: Budget, step: Step, fit: Fit, *,
     else:
         return 1
     need = est.memory_need(build, step.n_ctx, checkpoints=step.checkpoints, n_batch=step.n_batch,
-                           snapshots=step.snapshots)
+                           snapshots=step.snapshots, head=step.head)
     per = max(need.per_sequence, 1)
-    return max(1, min(most, 1 + room // per))
+    more = (room + need.head) // per  # beside another sequence the MTP head is not loaded
+    return max(1, min(most, 1 + more))
 
 
 def placements(build: Build, budget: Budget, step: Step, backend: str | None) -> list[Fit]:
@@ -75,7 +76,8 @@ def placements(build: Build, budget: Budget, step: Step, backend: str | None) ->
         return [pooled(build, budget, step)]
     profile = budget.machine
     need = est.memory_need(build, step.n_ctx, checkpoints=step.checkpoints, n_batch=step.n_batch,
-                           snapshots=step.snapshots, repack=repacked_types(profile))
+                           snapshots=step.snapshots, head=step.head,
+                           repack=repacked_types(profile))
     total = need.total
     gpu = main_gpu(profile)
     ram = cpu_budget(profile)
@@ -100,7 +102,7 @@ def _gpu_options(build: Build, profile: HardwareProfile, gpu: GPU, step: Step, r
     budget = gpu_budget(gpu, profile)
     label = "Metal budget" if gpu.vendor == "apple" else f"free on the {gpu.name}"
     need = est.memory_need(build, step.n_ctx, on_gpu=True, checkpoints=step.checkpoints, n_batch=step.n_batch,
-                           snapshots=step.snapshots)
+                           snapshots=step.snapshots, head=step.head)
     vram = need.total - need.host
     options = [Fit("gpu", -1, False, need.total, vram <= budget and need.host <= ram,
                    f"{fmt_gb(budget)} {label}")]
@@ -149,7 +151,7 @@ def split_layers(need: est.MemoryNeed, n_layers: int, budgets: Sequence[int]) ->
 def pooled(build: Build, budget: Budget, step: Step) -> Fit:
     """This machine's RAM and the helpers' memory, the layers split between them."""
     need = est.memory_need(build, step.n_ctx, checkpoints=step.checkpoints, n_batch=step.n_batch,
-                           snapshots=step.snapshots)
+                           snapshots=step.snapshots, head=step.head)
     budgets = budget.device_budgets()
     s = split_layers(need, est.pocket_facts(build).block_count, budgets)
     used = (f"the pool: {fmt_gb(s.memory[0])} here + " + " + ".join(fmt_gb(m) for m in s.memory[1:])

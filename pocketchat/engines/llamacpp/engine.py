@@ -140,7 +140,7 @@ class LlamaCppEngine(EngineBase):
         self._no_abort = lib.ggml_abort_callback()
 
     def _mtp_head(self, plan: Any, loaded: bool) -> MtpHead | None:
-        """The model's MTP head where `load.load_llama` loaded it (`mtp.runs_head`); `--draft
+        """The model's MTP head where `load.load_llama` loaded it (`types.runs_head`); `--draft
         mtp` without one is an error."""
         api = mtp.nextn_api(self._lib) if loaded else None
         if api is None or not mtp.mtp_layers(self._lib, self._llm.model):

@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from pocketchat.errors import BackendMissing, EngineError
-from pocketchat.engines.llamacpp import moe, mtp
+from pocketchat.engines.llamacpp import moe
 from pocketchat.modelfile.gguf import GGUFInfo
-from pocketchat.types import LoadPlan
+from pocketchat.types import LoadPlan, runs_head
 
 ProgressFn = Callable[[str, float], None]
 
@@ -215,7 +215,7 @@ def load_llama(plan: LoadPlan, path: Path, info: GGUFInfo, *,
     progress_cb = llama_cpp.llama_progress_callback(progress)
 
     pool = _rpc_devices(plan)  # helpers' devices (rpc/client.py), kept alive with the model
-    load_mtp = mtp.runs_head(plan.draft, info.mtp_layers, plan.parallel)  # else llama.cpp skips it
+    load_mtp = runs_head(plan.draft, info.mtp_layers, plan.parallel)  # else llama.cpp skips it
 
     def setup(params: Any) -> None:
         params.load_mtp = load_mtp
@@ -247,7 +247,7 @@ def load_llama(plan: LoadPlan, path: Path, info: GGUFInfo, *,
                 n_ubatch=n_batch,
                 n_threads=plan.n_threads,
                 n_threads_batch=plan.n_threads_batch,
-                flash_attn=plan.flash_attn or plan.draft != "off",  # batch logits = one token's
+                flash_attn=plan.flash_attn,  # the fit's, drafts or not (a CPU's is off: see README)
                 n_rs_seq=plan.draft_depth if plan.draft != "off" else 0,
                 type_k=KV_TYPES[kv],
                 type_v=KV_TYPES[kv],

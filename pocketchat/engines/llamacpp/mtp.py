@@ -64,12 +64,6 @@ def nextn_api(llama_cpp: Any) -> Nextn | None:
     return Nextn(set_, rows, row)
 
 
-def runs_head(draft: str, block_layers: int, sequences: int) -> bool:
-    """Whether the MTP head is loaded and drafts: `--draft auto|mtp`, a GGUF with the block,
-    one sequence (`serve --parallel N` drafts by lookup only)."""
-    return draft in ("auto", "mtp") and block_layers > 0 and sequences <= 1
-
-
 def mtp_layers(llama_cpp: Any, model: Any) -> int:
     """MTP blocks the loaded model holds (0: none, or loaded without them)."""
     return max(0, int(llama_cpp.llama_model_n_layer_nextn(model)))
