@@ -10,11 +10,13 @@ the bare loop right before it (median of --pairs alternating pairs, so both see 
   bench    what `pocketchat bench`'s tg test runs: commands.bench.bench_tg on its worker engine
   bench30  the same on a worker at child.FLUSH_SECONDS (30 ms) apart, as `bench` opened it before
   worker   WorkerEngine at the chat's chunk pace (ui.streaming.CHUNK_INTERVAL): the chat's path
-  tmux     `pocketchat --model starter --bench-tokens N` in a tmux pane: the status bar's tok/s
+  tmux     `pocketchat --model starter --bench-tokens N` in a tmux pane: the tok/s on the line
+           under the answer (the whole answer's, as the others are)
   serve4   `pocketchat serve --parallel 4`, one streaming client (the `openai` client)
   serve1   the same with --parallel 1
 tok/s is the consumer's wall clock: tokens decoded after the first token arrived / seconds from
-then to the last chunk (the engine decodes the last sampled token too, as the bare loop does).
+then to the last chunk (the engine decodes the last sampled token too, as the bare loop does);
+tmux's is the one the screen prints under the answer.
 `shown` is the figure the path prints (bench: its tg figure, from llama.cpp's counters; the
 worker and tmux: the status bar's, the last seconds' rate; serve: the response's
 predicted_per_second). `decode` is llama_decode's own time per token (llama.cpp's counters of
@@ -292,9 +294,9 @@ class TmuxPath:
         self.cpu: list[float] = []
 
     def once(self, i: int) -> Run:
-        shown, cpu = self.app.answer(expect=self.expect)
+        rate, shown, cpu = self.app.answer(expect=self.expect)
         self.cpu.append(cpu)
-        return Run(shown, None, shown, cpu)  # the status bar's rate is the wall rate seen there
+        return Run(rate, None, shown, cpu)  # the answer's own rate (its line), the status bar's
 
     def close(self) -> None:
         self.app.close()

@@ -2,7 +2,10 @@
 
 The app runs in a tmux pane (a real terminal: escape sequences written, parsed and drawn by
 tmux). Each app answer is `--bench-tokens N` tokens (ignore EOS, seed 1: `pocketchat bench`'s
-tg settings); its tok/s is read off the status bar when the answer ends. Between app answers,
+tg settings); its tok/s is read off the line under the answer when it ends ("512 tokens · 84.2
+tok/s": the whole answer's decode rate, as `bench`'s tg figure is; the status bar's figure is
+the last seconds', at the answer's longest context, which on a small model whose attention
+grows with the context reads lower at the end than the answer's whole). Between app answers,
 `pocketchat bench -n N -r 1` runs once on the same model, context and threads, so both see the
 same load on the machine. The UI process's CPU time (all its threads, not the worker's) over
 each answer, divided by the tokens, is its cost per generated token.
@@ -25,6 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PROMPT = "Write a long story about a lighthouse keeper and a storm."
 STATUS = re.compile(r"^\s*(\w[\w ]*?)\s{2,}(\d+(?:\.\d+)?|–) tok/s\s.*?\s(\d+) tokens\s")
+FOOTER = re.compile(r"(\d[\d,]*) tokens · (\d+(?:\.\d+)?) tok/s")
 SIZE = (110, 32)
 
 
@@ -51,6 +55,14 @@ class Tmux:
             if m:
                 speed = None if m.group(2) == "–" else float(m.group(2))
                 return m.group(1).strip(), speed, int(m.group(3))
+        return None
+
+    def answer_rate(self) -> float | None:
+        """The last answer's decode tok/s, from the line under it, or None when not on screen."""
+        for line in reversed(self.screen().splitlines()):
+            m = FOOTER.search(line)
+            if m:
+                return float(m.group(2))
         return None
 
     def wait(self, test, timeout: float, what: str, every: float = 0.5):
@@ -126,8 +138,9 @@ class TerminalApp:
         self.pid = int(self.tmux("display-message", "-p", "-t", "app", "#{pane_pid}").strip())
         self.tmux.wait(lambda s: s[0] == "Ready", 180, "the model to load")
 
-    def answer(self, expect: float = 0.0) -> tuple[float, float]:
-        """(tok/s on the status bar, UI CPU seconds per generated token) for one new answer.
+    def answer(self, expect: float = 0.0) -> tuple[float, float, float]:
+        """(the answer's tok/s, the status bar's, UI CPU seconds per generated token) for one
+        new answer.
 
         `expect`: about how long the answer takes (seconds); the screen is not read before 90%
         of it has passed, since each `tmux capture-pane` is a process of its own that takes CPU
@@ -142,7 +155,7 @@ class TerminalApp:
         state = self.tmux.wait(lambda s: s[0] in ("Ready", "Stopped") and s[2] >= self.tokens,
                                120 + self.tokens, "the answer to end", every=0.5)
         used = cpu_seconds(self.pid) - before
-        return state[1] or 0.0, used / max(1, state[2])
+        return self.tmux.answer_rate() or 0.0, state[1] or 0.0, used / max(1, state[2])
 
     def close(self) -> None:
         try:
@@ -167,7 +180,7 @@ def measure(tokens: int, runs: int, ctx: int,
         for i in range(runs + 1):
             b = bench_once(tokens, ctx, env)
             for label, app in apps.items():
-                a, cpu = app.answer(expect=tokens / b if b > 0 else 0.0)
+                a, _, cpu = app.answer(expect=tokens / b if b > 0 else 0.0)
                 if i:
                     series[label].bench.append(b)
                     series[label].app.append(a)
