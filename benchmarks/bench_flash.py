@@ -4,10 +4,11 @@ and a long context, alternating (bare llama-cpp-python, the plan's threads and b
     flock -x /work/quiet.lock python benchmarks/bench_flash.py [--model starter|PATH]
         [--contexts 64,2048] [--tokens 24] [--rounds 2] [--threads 2]
 
-The plan's flash attention is the fit's (`select/fit.py`: on a GPU, off on a CPU) and drafts
-verify with it (`engines/llamacpp/load.py`). This prints the figures behind that choice: per
-context, ms per decoded token with flash attention off and on, each round's and the median,
-and on/off. For POCKET at full size write the synthetic first
+The plan's flash attention is the fit's (`select/fit.py`: on a GPU, off on a CPU), and on
+whenever the plan drafts (`engines/llamacpp/load.flash_attention`: a verified batch's logits
+then equal one token's, so greedy answers repeat themselves). This prints what that costs on
+a CPU: per context, ms per decoded token with flash attention off and on, each round's and
+the median, and on/off. For POCKET at full size write the synthetic first
 (`python benchmarks/pocket_scale.py --write-only --out PATH`) and pass `--model PATH`.
 """
 

@@ -137,7 +137,7 @@ class Bare:
         import llama_cpp
 
         from pocketchat.engines.llamacpp.engine import PENALTY_LAST_N
-        from pocketchat.engines.llamacpp.load import KV_TYPES, new_llama
+        from pocketchat.engines.llamacpp.load import KV_TYPES, flash_attention, new_llama
 
         self.lib = lib = llama_cpp
         n_batch = max(1, min(plan.n_batch, plan.n_ctx))
@@ -145,7 +145,7 @@ class Bare:
         self.llm = new_llama(path, n_ctx=plan.n_ctx, n_batch=n_batch, n_ubatch=n_batch,
                              n_threads=plan.n_threads, n_threads_batch=plan.n_threads_batch,
                              n_gpu_layers=plan.n_gpu_layers, use_mmap=plan.use_mmap,
-                             flash_attn=plan.flash_attn, type_k=kv, type_v=kv)
+                             flash_attn=flash_attention(plan), type_k=kv, type_v=kv)
         self.ctx = self.llm.ctx
         self.vocab = lib.llama_model_get_vocab(self.llm.model)
         self.n_vocab = int(lib.llama_vocab_n_tokens(self.vocab))
