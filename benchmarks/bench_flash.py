@@ -22,6 +22,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from rawdecode import decode_run  # noqa: E402
 
 
 def decode_ms(path: Path, flash: bool, context: int, tokens: int, threads: int) -> float:
@@ -38,13 +41,7 @@ def decode_ms(path: Path, flash: bool, context: int, tokens: int, threads: int) 
     ids = [300 + (i * 7919) % max(n_vocab - 600, 1) for i in range(context + tokens)]
 
     def decode(part: list[int], pos: int) -> None:
-        for j, tok in enumerate(part):
-            batch.token[j], batch.pos[j], batch.n_seq_id[j] = tok, pos + j, 1
-            batch.seq_id[j][0], batch.logits[j] = 0, 0
-        batch.logits[len(part) - 1] = 1
-        batch.n_tokens = len(part)
-        if lib.llama_decode(llm.ctx, batch) != 0:
-            raise RuntimeError("llama_decode failed")
+        decode_run(lib, llm.ctx, batch, part, pos)
 
     try:
         for at in range(0, context, n_batch):

@@ -51,6 +51,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
+from rawdecode import decode_run  # noqa: E402
+
 PROMPT = "Write a long story about a lighthouse keeper and a storm."
 PATHS = ("engine", "bench", "worker", "tmux", "serve4", "serve1")  # and "bench30" when asked
 
@@ -170,13 +172,7 @@ class Bare:
         return chain
 
     def _decode(self, tokens: list[int], pos: int) -> None:
-        b = self.batch
-        for j, tok in enumerate(tokens):
-            b.token[j], b.pos[j], b.n_seq_id[j], b.seq_id[j][0], b.logits[j] = tok, pos + j, 1, 0, 0
-        b.logits[len(tokens) - 1] = 1
-        b.n_tokens = len(tokens)
-        if self.lib.llama_decode(self.ctx, b) != 0:
-            raise RuntimeError("llama_decode failed")
+        decode_run(self.lib, self.ctx, self.batch, tokens, pos)
 
     def once(self, i: int, n: int) -> Run:
         lib, ctx = self.lib, self.ctx

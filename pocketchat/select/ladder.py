@@ -43,7 +43,8 @@ class Step:
 
     @property
     def drafts(self) -> bool:
-        """Whether this step keeps the memory drafts need (none needed: they run anyway)."""
+        """Whether this step keeps memory for drafts. False also where drafts need none: an
+        attention-only model's drafts roll back without snapshots and still run."""
         return self.snapshots > 0 or self.head
 
     @property
