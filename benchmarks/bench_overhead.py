@@ -135,7 +135,7 @@ def options(tokens: int):
 class Bare:
     """llama-cpp-python's low-level calls only: the plan's context, the engine's sampler chain."""
 
-    def __init__(self, plan: Any, path: Path, sampling: Any) -> None:
+    def __init__(self, plan: Any, path: Path, sampling: Any, thinking: bool = True) -> None:
         import llama_cpp
 
         from pocketchat.engines.llamacpp.engine import PENALTY_LAST_N
@@ -153,6 +153,7 @@ class Bare:
         self.n_vocab = int(lib.llama_vocab_n_tokens(self.vocab))
         self.batch = lib.llama_batch_init(n_batch, 0, 1)
         self.s, self.penalty_n = sampling, PENALTY_LAST_N
+        self.template, self.thinking = _template(self.llm), thinking
 
     def _chain(self) -> Any:
         lib, s = self.lib, self.s
@@ -175,8 +176,13 @@ class Bare:
         decode_run(self.lib, self.ctx, self.batch, tokens, pos)
 
     def once(self, i: int, n: int) -> Run:
+        from pocketchat.engines.types import Message
+
         lib, ctx = self.lib, self.ctx
-        text = f"<|im_start|>user\n{i} {PROMPT}<|im_end|>\n<|im_start|>assistant\n"
+        # the prompt the engine decodes: the model's template, its default system prompt too
+        # (the starter's adds 21 tokens, which an attention's cost per token grows with)
+        text = self.template.render([Message("user", f"{i} {PROMPT}")],
+                                    thinking=self.thinking).text
         prompt = self.llm.tokenize(text.encode(), add_bos=False, special=True)
         lib.llama_memory_clear(lib.llama_get_memory(ctx), True)
         chain = self._chain()
@@ -209,6 +215,17 @@ class Bare:
 
 
 _BUF = None
+
+
+def _template(llm: Any) -> Any:
+    """The model's chat template as the engine reads it (llamacpp/engine.py)."""
+    from pocketchat.engines.template import ChatTemplate
+
+    def text(token: int) -> str:
+        return llm.detokenize([token], special=True).decode("utf-8", "replace") if token >= 0 else ""
+
+    return ChatTemplate(llm.metadata.get("tokenizer.chat_template"),
+                        bos_token=text(llm.token_bos()), eos_token=text(llm.token_eos()))
 
 
 # -- (b, c, d) pocketchat engines in this process or its worker ------------------------------------
@@ -386,7 +403,8 @@ def measure(choice: Any, a: argparse.Namespace, names: list[str], out: Callable[
     import ctypes
 
     _BUF = ctypes.create_string_buffer(256)
-    bare = Bare(choice.plan, choice.path, merge_sampling(choice.plan.sampling, options(a.tokens)))
+    bare = Bare(choice.plan, choice.path, merge_sampling(choice.plan.sampling, options(a.tokens)),
+                options(a.tokens).thinking)
     done: list[Series] = []
     try:
         bare.once(-1, 16)
