@@ -138,7 +138,8 @@ class Bare:
     def __init__(self, plan: Any, path: Path, sampling: Any, thinking: bool = True) -> None:
         import llama_cpp
 
-        from pocketchat.engines.llamacpp.engine import PENALTY_LAST_N
+        from pocketchat.engines.llamacpp.engine import PENALTY_LAST_N, llama_template
+        from pocketchat.modelfile.gguf import check_gguf
         from pocketchat.engines.llamacpp.load import KV_TYPES, flash_attention, new_llama
 
         self.lib = lib = llama_cpp
@@ -153,7 +154,8 @@ class Bare:
         self.n_vocab = int(lib.llama_vocab_n_tokens(self.vocab))
         self.batch = lib.llama_batch_init(n_batch, 0, 1)
         self.s, self.penalty_n = sampling, PENALTY_LAST_N
-        self.template, self.thinking = _template(self.llm), thinking
+        self.template, _ = llama_template(self.llm, check_gguf(path), path.stem)
+        self.thinking = thinking
 
     def _chain(self) -> Any:
         lib, s = self.lib, self.s
@@ -215,17 +217,6 @@ class Bare:
 
 
 _BUF = None
-
-
-def _template(llm: Any) -> Any:
-    """The model's chat template as the engine reads it (llamacpp/engine.py)."""
-    from pocketchat.engines.template import ChatTemplate
-
-    def text(token: int) -> str:
-        return llm.detokenize([token], special=True).decode("utf-8", "replace") if token >= 0 else ""
-
-    return ChatTemplate(llm.metadata.get("tokenizer.chat_template"),
-                        bos_token=text(llm.token_bos()), eos_token=text(llm.token_eos()))
 
 
 # -- (b, c, d) pocketchat engines in this process or its worker ------------------------------------

@@ -57,6 +57,30 @@ def peak_rss_bytes() -> int | None:
     return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
+def token_text(lib: Any, vocab: Any, token: int) -> str:
+    """A token's text in the vocabulary (a special token's tag included)."""
+    raw = lib.llama_vocab_get_text(vocab, token)
+    return raw.decode("utf-8", errors="replace") if raw else ""
+
+
+def llama_template(llm: Any, gguf: Any, model: str) -> tuple[Any, str]:
+    """The renderer of a loaded GGUF's chat template, as the engine renders every prompt
+    (`template.template_for`), and the note for the user ("" when the GGUF has one)."""
+    lib = sys.modules["llama_cpp"]
+    vocab = lib.llama_model_get_vocab(llm.model)
+
+    def is_special(text: str) -> bool:  # one special token of the vocabulary
+        try:
+            return len(llm.tokenize(text.encode(), add_bos=False, special=True)) == 1
+        except Exception:  # noqa: BLE001 - a tokenizer that refuses the text does not know it
+            return False
+
+    eos, bos = llm.token_eos(), llm.token_bos()
+    return template_for(gguf.chat_template, arch=gguf.arch, model=model, has_token=is_special,
+                        eos_token=token_text(lib, vocab, eos) if eos >= 0 else "",
+                        bos_token=token_text(lib, vocab, bos) if bos >= 0 else "")
+
+
 class LlamaCppEngine(EngineBase):
     """A GGUF served by llama-cpp-python in this process (see `worker.WorkerEngine` for the
     child-process version the app uses). The constructor checks the file, loads it and returns
@@ -77,13 +101,8 @@ class LlamaCppEngine(EngineBase):
         self._vocab = lib.llama_model_get_vocab(llm.model)
         self._n_vocab = int(lib.llama_vocab_n_tokens(self._vocab))
         self._piece_buf = ctypes.create_string_buffer(256)
-        eos, bos = llm.token_eos(), llm.token_bos()
-        self.template, template_note = template_for(
-            self.gguf.chat_template, arch=self.gguf.arch, model=name or self.gguf.name or path.stem,
-            has_token=self._is_special_token,
-            eos_token=self._token_text(eos) if eos >= 0 else "",
-            bos_token=self._token_text(bos) if bos >= 0 else "",
-        )
+        self.template, template_note = llama_template(llm, self.gguf,
+                                                      name or self.gguf.name or path.stem)
         self.template_source = self.template.source if self.gguf.chat_template else ""
         self.knows_thinking_switch = self.template.knows_thinking_switch
         self.mentions_think = self.template.mentions_think
@@ -195,16 +214,8 @@ class LlamaCppEngine(EngineBase):
             engines.append(other)
         return engines
 
-    def _is_special_token(self, text: str) -> bool:
-        """Whether `text` is one special token of this model's vocabulary."""
-        try:
-            return len(self._llm.tokenize(text.encode(), add_bos=False, special=True)) == 1
-        except Exception:  # noqa: BLE001 - a tokenizer that refuses the text does not know it
-            return False
-
     def _token_text(self, token: int) -> str:
-        raw = self._lib.llama_vocab_get_text(self._vocab, token)
-        return raw.decode("utf-8", errors="replace") if raw else ""
+        return token_text(self._lib, self._vocab, token)
 
     def _free(self) -> None:
         self._free_sampler()
