@@ -87,6 +87,62 @@ def test_ngram_index_is_incremental_not_a_rescan():
     assert time.perf_counter() - t0 < 20  # a rescan per token: 2000 x 200k x 3 compares
 
 
+class CountingTokens(list):
+    """A context that counts the tokens read out of it (by index, slice or iteration)."""
+
+    read = 0
+
+    def __getitem__(self, i):
+        out = super().__getitem__(i)
+        CountingTokens.read += len(out) if isinstance(i, slice) else 1
+        return out
+
+    def __iter__(self):
+        CountingTokens.read += len(self)
+        return super().__iter__()
+
+
+def test_a_drafted_answer_reads_a_few_tokens_of_a_long_context_per_step_not_all_of_it():
+    """The token loop's drafting step over a long conversation: what it reads of the context
+    does not grow with the context (a copy of it per token would read all of it each time)."""
+    from support.script_runtime import END, ScriptEngine
+
+    from pocketchat.engines.draft.drafting import Drafting
+    from pocketchat.engines.types import ChatOptions, Message
+
+    script = "the cat sat on the mat; " * 8
+    eng = ScriptEngine(script, n_ctx=8192)
+    eng._drafting = Drafting("ngram", {END}, depth=4, clock=eng.clock)
+    prompt = "".join(chr(0x4E00 + (i * 7919) % 5000) for i in range(4000))  # 4,000 tokens
+    first = "".join(c.text for c in eng.chat([Message("user", prompt)], ChatOptions(max_tokens=150)))
+    assert first == script[:150]
+    eng.cache.tokens = context = CountingTokens(eng.cache.tokens)  # the next turn's context
+    CountingTokens.read = 0
+    chunks = list(eng.chat([Message("user", prompt), Message("assistant", first),
+                            Message("user", "again")], ChatOptions(max_tokens=150)))
+    assert eng.cache.tokens is context and len(context) > 4000  # the turn went on from it
+    assert chunks[-1].stats.generated_tokens == 150 and chunks[-1].stats.draft_steps > 0
+    # the turn compares its prompt with the context, once or twice; a read of the whole context
+    # per token would be 150 of them
+    assert CountingTokens.read < 3 * len(context)
+
+
+@pytest.mark.parametrize("head,tail", [([], []), ([1, 2, 3], []), ([], [4]), ([1, 2, 3], [4, 5])])
+def test_a_joined_sequence_reads_as_the_two_lists_one_after_the_other(head, tail):
+    from pocketchat.engines.draft.drafting import Joined
+
+    whole, joined = head + tail, Joined(head, tail)
+    assert len(joined) == len(whole) and list(joined) == whole
+    for a in range(-7, 8):
+        for b in range(-7, 8):
+            assert joined[a:b] == whole[a:b] and joined[a:b:-1] == whole[a:b:-1]
+        if -len(whole) <= a < len(whole):
+            assert joined[a] == whole[a]
+        else:
+            with pytest.raises(IndexError):
+                joined[a]
+
+
 def test_ngram_rejects_bad_bounds():
     with pytest.raises(ValueError):
         NgramDrafter(n_max=1, n_min=2)

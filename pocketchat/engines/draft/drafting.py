@@ -16,6 +16,7 @@ and `mtp` draft with that drafter alone whenever it has a proposal (its policy s
 from __future__ import annotations
 
 import platform
+from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass, field
 import time
 from typing import Any, Callable, Collection, Sequence
@@ -38,6 +39,31 @@ class DraftFigures:
     def per_step(self) -> float:
         """Tokens emitted per verifying step (accepted drafts + the correction)."""
         return tokens_per_step(self.steps, self.accepted)
+
+
+class Joined(SequenceABC):
+    """`head` then `tail` read as one sequence, `head` (the whole context) not copied: a step
+    reads the sequence's length and its last few tokens, so its cost does not grow with the
+    context."""
+
+    def __init__(self, head: Sequence[int], tail: Sequence[int]) -> None:
+        self.head, self.tail = head, tail
+
+    def __len__(self) -> int:
+        return len(self.head) + len(self.tail)
+
+    def __getitem__(self, i: Any) -> Any:
+        n = len(self.head)
+        if isinstance(i, slice):
+            start, stop, step = i.indices(len(self))
+            if step != 1:
+                return list(self)[i]
+            return [*self.head[start:min(stop, n)], *self.tail[max(start - n, 0):max(stop - n, 0)]]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self.head[i] if i < n else self.tail[i - n]
 
 
 @dataclass
@@ -187,7 +213,7 @@ def advance(engine: Any, tokens: Sequence[int], limit: int) -> list[tuple[int, A
     if drafting is None:
         return [engine.feed(tokens, sample=True)]
     began = drafting.clock()  # a step's time includes its drafting (an MTP head decodes)
-    drafts = drafting.propose([*engine.cache.tokens, *tokens], limit) if limit > 0 else []
+    drafts = drafting.propose(Joined(engine.cache.tokens, tokens), limit) if limit > 0 else []
     if not drafts:
         out = [engine.feed(tokens, sample=True)]
         drafting.record(0, 0, drafting.clock() - began)
