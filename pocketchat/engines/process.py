@@ -62,8 +62,8 @@ class Reader:
 
     def __init__(self, conn: Any, proc: Any) -> None:
         self.conn, self.sentinel = conn, proc.sentinel
-        self.inbox: queue.Queue = queue.Queue()
-        self.routes: dict[int, queue.Queue] = {}
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.routes: dict[int, queue.SimpleQueue] = {}
         self.watch = Watch(time.monotonic())
         self.probe = ProcessProbe(proc.pid)
         self.gone = threading.Event()

@@ -125,7 +125,7 @@ class WorkerEngine:
             self._crash = EngineCrashed(message, exitcode=code)
         return self._crash
 
-    def _take(self, inbox: queue.Queue, when: str, timeout: float | None = BEAT_SECONDS
+    def _take(self, inbox: queue.SimpleQueue, when: str, timeout: float | None = BEAT_SECONDS
               ) -> tuple | None:
         """The next message of `inbox` (a request's queue, or the loading inbox), None after
         `timeout` or a cancel's wake-up (look again); EngineCrashed when the child is gone."""
@@ -232,7 +232,7 @@ class WorkerEngine:
         (an answer dropped unstarted leaves nothing behind); the answer is over for the engine
         before the caller sees its last chunk, whatever the caller does after."""
         finished = False
-        inbox: queue.Queue = queue.Queue()
+        inbox: queue.SimpleQueue = queue.SimpleQueue()
         try:
             self._usable()
             self._routes[req] = inbox
@@ -267,7 +267,7 @@ class WorkerEngine:
         self._stopping.discard(req)
         self._routes.pop(req, None)
 
-    def _stop_answer(self, req: int, inbox: queue.Queue) -> None:
+    def _stop_answer(self, req: int, inbox: queue.SimpleQueue) -> None:
         """The caller stopped reading: cancel, and wait (STOP_WAIT at most) until the child
         ended that answer (its sequence is free then; a worker that does not respond drops
         the answer if it resumes)."""
@@ -301,7 +301,7 @@ class WorkerEngine:
         flight when the engine answers one at a time)."""
         self._usable()
         req = next(self._reqs)
-        self._routes[req] = inbox = queue.Queue()
+        self._routes[req] = inbox = queue.SimpleQueue()
         try:
             self._send((name, req, *args))
             while (msg := self._take(inbox, f"during {name}")) is None:
