@@ -9,18 +9,16 @@ caller keeps such a cycle alive for good)."""
 from __future__ import annotations
 
 import gc
-import multiprocessing
-import threading
 from pathlib import Path
 
 import pytest
 
 from pocketchat.api import Session
-from pocketchat.engines import child
 from pocketchat.engines.sequences import Sequences
 from pocketchat.engines.types import ChatOptions, Chunk, Message
 from pocketchat.errors import EngineError, PocketchatError, UnsupportedRequest
 from support.faulty_engine import FaultyEngine
+from support.served import Served
 
 HI = (Message("user", "Say hello."),)
 SCHEMA = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "foo"}}}
@@ -191,48 +189,6 @@ def test_a_sequence_whose_answer_cannot_start_is_freed():
 
 
 # -- the worker's serving loop (child.main's requests, in a thread over a real pipe) ---------
-
-
-class Served:
-    """`child._serve` on an engine in a thread; requests sent the way WorkerEngine sends them."""
-
-    def __init__(self, engine) -> None:
-        self.conn, theirs = multiprocessing.Pipe(duplex=True)
-        lock = threading.Lock()
-
-        def send(msg: tuple) -> None:
-            with lock:
-                theirs.send(msg)
-
-        self.thread = threading.Thread(target=child._serve, args=(engine, theirs, send, 0.0),
-                                       daemon=True)
-        self.thread.start()
-        self.req = 0
-
-    def chat(self, kind: str = "chat", payload=HI, options: ChatOptions | None = None
-             ) -> list[Chunk]:
-        self.req += 1
-        self.conn.send((kind, self.req, payload, options or ChatOptions()))
-        chunks = []
-        while not chunks or chunks[-1].finish_reason is None:
-            assert self.conn.poll(10), "the worker stopped answering"
-            msg = self.conn.recv()
-            assert msg[0] == "chunk" and msg[1] == self.req, msg
-            chunks.append(msg[2])
-        return chunks
-
-    def call(self, name: str, *args):
-        self.req += 1
-        self.conn.send((name, self.req, *args))
-        assert self.conn.poll(10), "the worker stopped answering"
-        msg = self.conn.recv()
-        assert msg[:2] == ("result", self.req), msg
-        return msg[2]
-
-    def close(self) -> None:
-        self.conn.send(("close",))
-        self.thread.join(10)
-        assert not self.thread.is_alive()
 
 
 @pytest.mark.parametrize("error", ["runtime", "unsupported"])

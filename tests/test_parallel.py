@@ -63,7 +63,7 @@ def _same_tokens_batched_and_alone(path: Path, max_tokens: int) -> None:
     try:
         assert root.n_ctx == 1024  # each sequence has the plan's context
         together = _together(slots, PROMPTS, max_tokens)
-        assert root._batcher.max_width >= 2, "the answers were never decoded in one batch"
+        assert root.batcher.max_width >= 2, "the answers were never decoded in one batch"
     finally:
         slots.close()
     assert together == alone

@@ -68,7 +68,7 @@ def _together(slots, conversations: list[list[Message]]) -> list:
 def _alone(path: Path, conversations: list[list[Message]]) -> list:
     engine = _engine(path, 1)
     try:
-        assert engine._batcher.solo and engine._batch is None  # one sequence: no batch
+        assert engine.batcher.solo and engine._batch is None  # one sequence: no batch
         return [_answer(engine, c)[:2] for c in conversations]
     finally:
         engine.close()
@@ -215,7 +215,7 @@ def test_caches_that_cannot_be_merged_answer_one_at_a_time_and_say_why(monkeypat
     engine = make_backend(_plan(4), shared_model(), "tiny")
     try:
         assert isinstance(engine, MlxEngine)  # no Sequences: one sequence
-        assert engine.sequence_engines() == [engine] and engine._batcher.solo
+        assert engine.sequence_engines() == [engine] and engine.batcher.solo
         assert engine.info.sequences == 1
         assert "QuantizedKVCache" in engine.info.parallel_note
         assert "one at a time" in engine.info.parallel_note

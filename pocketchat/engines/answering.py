@@ -133,7 +133,7 @@ def _produce(engine: Any, plan: PromptPlan, opts: ChatOptions, progress: Progres
         return "length", Piece()
     loop = None
     try:
-        with engine._batcher.member(engine._seq):
+        with engine.batcher.member(engine._seq):
             start = yield from _read_prompt(engine, plan, start, progress)
             loop = steps(engine, tokens[start:], max_new=max_new, meter=progress.meter,
                          room=lambda: engine.n_ctx - len(engine.cache.tokens),

@@ -41,7 +41,7 @@ class EngineBase:
     cache: PrefixCache
     plan: LoadPlan
     label = "engine"  # error prefix: "llama.cpp failed: ..."
-    _batcher: Batcher
+    batcher: Batcher
     _seq = 0  # this engine's sequence of the context
     close_timeout: float | None = None  # None: close() waits for an answer in flight
     end_tokens: frozenset[int] = frozenset()  # the tokens that end a generation
@@ -99,7 +99,7 @@ class EngineBase:
     def cancel(self) -> None:
         if self._active:
             self._cancel.set()
-            batcher = getattr(self, "_batcher", None)
+            batcher = getattr(self, "batcher", None)
             if batcher is not None:  # a submission waiting for its step sees it at once
                 batcher.wake()
 
@@ -186,7 +186,7 @@ class EngineBase:
         work = Work(self._seq, list(tokens), len(cache.tokens), sample=pick,
                     cancel=self._cancel, logits=logits)
         try:
-            result = self._batcher.decode(work)
+            result = self.batcher.decode(work)
         except StepCancelled as exc:
             cache.tokens.extend(work.tokens[: work.done])
             if isinstance(exc, StepAborted):

@@ -7,14 +7,20 @@
   never stalls them; the whole `n_batch` when it is alone). One step thread runs every step
   (so every `llama_decode` of the context comes from one OS thread: llama.cpp's CPU backend
   keeps an OpenMP thread pool per calling thread, and pools of several callers spin against
-  each other; measured on the starter, decoding from a second thread of a process whose main
-  thread had decoded ran at 0.6 of the speed). A step is due when every member has
+  each other; measured on the starter, once a second thread of a process has decoded, every
+  decode runs at about 0.35 of the speed, 30 against 86 tok/s). A step is due when every member has
   submitted, or when the oldest submission has waited `wait` seconds for a straggler since
   the last step ended. The step thread samples each finished sequence's next token inside
   the step (`Work.sample(batch_index)`), so the logits are read before the next step
   overwrites them, and a sequence may fall behind without blocking anyone. A
   cancelled sequence leaves at the next step (its decoded part stays, as `done` says).
   `lock` is the context's: a step holds it, and so do the sequences' state operations.
+The step thread may also answer (`serve(take)`: the worker's first lane is the step thread):
+  then an answer it runs decodes inline, leading each step itself with the other sequences'
+  pending work in it, so one conversation alone never hands a token between threads (the
+  hand-over cost about 0.2 ms a token on the starter). While it answers, its own straggling
+  holds a step back as any member's does, up to `wait`; while it waits for something else,
+  `idle(ready)` keeps leading the others' steps.
 The `Engine` over the sequences is `sequences.Sequences`.
 """
 
@@ -93,6 +99,7 @@ class Batcher:
         self._pending: dict[int, Work] = {}
         self._closed = False
         self._thread: threading.Thread | None = None
+        self._take: Callable[[], Callable[[], None] | None] | None = None  # `serve`'s jobs
         self._ended = 0.0  # when the last step ended (monotonic)
         self.steps = 0  # steps run, for tests and figures
         self.max_width = 0  # the most sequences one step carried
@@ -119,6 +126,8 @@ class Batcher:
             raise StepCancelled
         if self.solo:
             return self._decode_solo(work)
+        if self.leading:
+            return self._decode_leading(work)
         with self.member(work.seq), self._cond:
             if self._closed:
                 raise EngineClosed()
@@ -160,6 +169,55 @@ class Batcher:
             self.max_width = 1
             return work.sample(n - 1) if work.sample is not None else None
 
+    def _decode_leading(self, work: Work) -> Any:
+        """`decode` in the step thread: it leads the steps until `work` is done."""
+        with self.member(work.seq), self._cond:
+            self._pending[work.seq] = work
+            try:
+                while not work.finished:
+                    if self._closed:
+                        raise EngineClosed()
+                    if work.cancel is not None and work.cancel.is_set():
+                        raise StepCancelled
+                    left = self._left()
+                    if left <= 0 and self._lead():
+                        continue
+                    self._cond.wait(left if left > 0 else self.wait)
+            finally:
+                if self._pending.get(work.seq) is work:
+                    del self._pending[work.seq]
+            if work.error is not None:
+                raise work.error
+            return work.result
+
+    @property
+    def leading(self) -> bool:
+        """The calling thread is the step thread."""
+        return self._thread is not None and self._thread is threading.current_thread()
+
+    def serve(self, take: Callable[[], Callable[[], None] | None]) -> None:
+        """Start the step thread now; whenever no step is due, it runs the job `take()`
+        returns, if any (a job that never raises; call `wake()` when one may be ready)."""
+        with self._cond:
+            self._take = take
+            self._start()
+
+    def idle(self, ready: Callable[[], bool], timeout: float, poll: float = 0.005) -> bool:
+        """Wait up to `timeout` seconds for `ready()` (polled), leading the steps that fall
+        due meanwhile when called in the step thread; whether it became ready."""
+        end = time.monotonic() + timeout
+        with self._cond:
+            while not ready():
+                remaining = end - time.monotonic()
+                if remaining <= 0 or self._closed:
+                    return False
+                if self.leading:
+                    left = self._left()
+                    if self._pending and left <= 0 and self._lead():
+                        continue
+                self._cond.wait(min(poll, remaining))
+            return True
+
     def wake(self) -> None:
         """Have every submitter look at its cancel event now."""
         with self._cond:
@@ -186,6 +244,14 @@ class Batcher:
             while not self._closed:
                 left = self._left()
                 if left <= 0 and self._lead():
+                    continue
+                job = self._take() if self._take is not None else None
+                if job is not None:
+                    self._cond.release()
+                    try:
+                        job()
+                    finally:
+                        self._cond.acquire()
                     continue
                 self._cond.wait(left if self._pending and left > 0 else None)
 

@@ -3,11 +3,13 @@
 See `worker` for the protocol and `process` for the launch (`run` is the entry `process.launch` starts).
 One path serves every width: the backend's sequences (`sequences.Sequences`: one for the chat,
 N for `serve --parallel N`) are served by as many lanes, threads that take the requests in
-turn (answers, state calls, status); the main thread listens, so "cancel" and
+turn (answers, state calls, status; `lanes.Requests` says which lane takes the next); the
+main thread listens, so "cancel" and
 "end_thinking" reach the answer they name (its own sequence; inside a decode, llama.cpp's abort
 callback included) and "close" ends them all. Lanes live as long as the process: with one
 sequence every decode comes from that one OS thread (llama.cpp's CPU backend keeps a thread
-pool per calling thread), with several the batcher's step thread runs them (`batcher.Batcher`).
+pool per calling thread); with several the batcher's step thread runs them (`batcher.Batcher`)
+and is the first lane itself, so a lone conversation decodes in the thread that answers it.
 Deltas are coalesced: the first chunk of an answer
 goes at once (time to first token), then at most one every `chunk_interval` seconds
 (FLUSH_SECONDS unless the parent asks for another: the chat asks for its screen's pace).
@@ -22,7 +24,6 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
-import queue
 import signal
 import threading
 import time
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from pocketchat.errors import BackendMissing, EngineError, PocketchatError
+from pocketchat.engines.lanes import Requests, front_jobs
 from pocketchat.engines.liveness import BEAT_SECONDS
 from pocketchat.engines.sequences import Sequences
 from pocketchat.engines.types import Answer, ChatOptions, Chunk, Engine, Message, Stats
@@ -68,7 +70,7 @@ def make_backend(plan: LoadPlan, path: Path, name: str | None,
     if plan.parallel > 1:
         engines = engine.sequence_engines()  # one where the backend cannot batch this model
         if len(engines) > 1:
-            return Sequences(engines)
+            return Sequences(engines, engine.batcher)
     return engine
 
 
@@ -166,12 +168,20 @@ def _serve(engine: Any, conn: Any, send: Callable[[tuple], None],
            chunk_interval: float = FLUSH_SECONDS) -> None:
     """Serve the parent's requests until "close" (see the module docstring)."""
     engines = engine if isinstance(engine, Sequences) else Sequences([engine])
-    requests: queue.Queue = queue.Queue()
+    batcher = engines.batcher if engines.batcher is not None and not engines.batcher.solo else None
+    requests = Requests(front=batcher is not None,
+                        wake=batcher.wake if batcher is not None else None)
     cancelled: set[int] = set()
     answers: dict[int, Answer] = {}  # req -> the answer in flight (cancelled alone)
-    lanes = [threading.Thread(target=_lane, name=f"pocketchat-lane-{i}", daemon=True,
-                              args=(engines, requests, send, cancelled, answers, chunk_interval))
-             for i in range(engines.sequences)]
+
+    def handle(msg: tuple, delivered: Callable[[], None] | None = None) -> bool:
+        return _handle(engines, msg, send, cancelled, answers, chunk_interval, delivered)
+
+    if batcher is not None:  # the step thread is the first lane
+        batcher.serve(front_jobs(requests, lambda msg: handle(msg, requests.delivered)))
+    lanes = [threading.Thread(target=_lane, args=(requests, handle), daemon=True,
+                              name=f"pocketchat-lane-{i}")
+             for i in range(1 if batcher is not None else 0, engines.sequences)]
     for lane in lanes:
         lane.start()
     while True:
@@ -193,45 +203,53 @@ def _serve(engine: Any, conn: Any, send: Callable[[tuple], None],
         else:
             break
     engines.cancel()
-    for _ in lanes:
-        requests.put(None)
+    requests.close()
     for lane in lanes:
         lane.join(10)
-    engines.close()
+    engines.close()  # the step thread ends with the batcher
 
 
-def _lane(engines: Sequences, requests: queue.Queue, send: Callable[[tuple], None],
-          cancelled: set[int], answers: dict[int, Answer], chunk_interval: float) -> None:
-    """Take requests in turn until None: an answer (streamed), or a state call or status
-    (its result, or the error it raised)."""
-    while (msg := requests.get()) is not None:
-        if msg[0] not in ("chat", "complete"):  # ("save_state" | "load_state", req, path), ("status", req)
-            try:
-                result: Any = getattr(engines, msg[0])(*msg[2:])
-            except Exception as exc:  # noqa: BLE001 - the caller gets the error
-                result = exc if isinstance(exc, PocketchatError) else EngineError(str(exc))
-            try:
-                send(("result", msg[1], result))
-            except (BrokenPipeError, EOFError, OSError):
-                return
-            continue
-        kind, req, messages, options = msg
+def _lane(requests: Requests, handle: Callable[[tuple], bool]) -> None:
+    """Take requests until there are none or the parent is gone."""
+    while (msg := requests.take()) is not None and handle(msg):
+        pass
+
+
+def _handle(engines: Sequences, msg: tuple, send: Callable[[tuple], None], cancelled: set[int],
+            answers: dict[int, Answer], chunk_interval: float,
+            delivered: Callable[[], None] | None = None) -> bool:
+    """One request: an answer (streamed), or a state call or status (its result, or the
+    error it raised); False when the parent is gone."""
+    if msg[0] not in ("chat", "complete"):  # ("save_state" | "load_state", req, path), ("status", req)
         try:
-            _stream(engines, req, messages, options, send, cancelled, chunk_interval, kind,
-                    answers)
+            result: Any = getattr(engines, msg[0])(*msg[2:])
+        except Exception as exc:  # noqa: BLE001 - the caller gets the error
+            result = exc if isinstance(exc, PocketchatError) else EngineError(str(exc))
+        try:
+            send(("result", msg[1], result))
         except (BrokenPipeError, EOFError, OSError):
-            return
-        finally:
-            answers.pop(req, None)
-            cancelled.discard(req)
+            return False
+        return True
+    kind, req, messages, options = msg
+    try:
+        _stream(engines, req, messages, options, send, cancelled, chunk_interval, kind,
+                answers, delivered)
+    except (BrokenPipeError, EOFError, OSError):
+        return False
+    finally:
+        answers.pop(req, None)
+        cancelled.discard(req)
+    return True
 
 
 def _stream(engine: Engine, req: int, messages: Sequence[Message] | str | Sequence[int],
             options: ChatOptions, send: Callable[[tuple], None], cancelled: set[int],
             chunk_interval: float = FLUSH_SECONDS, kind: str = "chat",
-            answers: dict[int, Answer] | None = None) -> None:
+            answers: dict[int, Answer] | None = None,
+            delivered: Callable[[], None] | None = None) -> None:
     """Send one answer's chunks (`kind` "chat": to `messages`; "complete": a raw prompt),
-    coalesced; `answers` holds the answer while it runs (the listener cancels it there)."""
+    coalesced; `answers` holds the answer while it runs (the listener cancels it there);
+    `delivered()` is called once its last chunk is sent, before the engine settles."""
     if req in cancelled:
         send(("chunk", req, Chunk(finish_reason="cancelled")))
         return
@@ -263,6 +281,8 @@ def _stream(engine: Engine, req: int, messages: Sequence[Message] | str | Sequen
             pending.append(Chunk(stats=pending[-1].stats if pending else Stats(), finish_reason="error",
                                  error="the engine ended the answer without a finish reason"))
         send(("chunk", req, _merge(pending)))
+        if delivered is not None:
+            delivered()
         if answer is not None and pending[-1].finish_reason in SETTLED:
             try:  # the engine readies its cache for the next turn (base.EngineBase._settle)
                 for _ in answer:

@@ -19,6 +19,7 @@ from dataclasses import replace
 from typing import Any, Callable, Iterator, Sequence
 
 from pocketchat.errors import EngineClosed, EngineError
+from pocketchat.engines.batcher import Batcher
 from pocketchat.engines.types import ChatOptions, Chunk, Engine, EngineInfo, Message
 
 FREE_WAIT_SECONDS = 30.0  # how long chat() waits for a sequence still settling its last answer
@@ -72,8 +73,11 @@ class SequenceAnswer:
 class Sequences:
     """An `Engine` that answers up to N conversations at once, one per sequence engine."""
 
-    def __init__(self, engines: Sequence[Engine]) -> None:
+    def __init__(self, engines: Sequence[Engine], batcher: Batcher | None = None) -> None:
+        """`batcher`: the steps the engines share, when they decode together (its step
+        thread, waiting here for a sequence, leads the others' steps meanwhile)."""
         self.engines: list[Any] = list(engines)
+        self.batcher = batcher
         first = self.engines[0]
         self.info: EngineInfo = replace(first.info, sequences=len(self.engines))
         self.plan = first.plan
@@ -145,10 +149,17 @@ class Sequences:
         with `messages` (a conversation's messages, or a raw prompt's key)."""
         if self._closed:
             raise EngineClosed()
+        wait = FREE_WAIT_SECONDS
+        if self.batcher is not None and self.batcher.leading:  # the others' steps go on
+            def ready() -> bool:
+                with self._lock:
+                    return self._ready(messages)
+            self.batcher.idle(ready, wait)
+            wait = 0.0
         with self._lock:
             # A sequence whose answer was delivered may still be settling (or ending after a
             # cancel) when the next request comes: wait for it, a bounded time.
-            self._lock.wait_for(lambda: self._ready(messages), FREE_WAIT_SECONDS)
+            self._lock.wait_for(lambda: self._ready(messages), wait)
             k = self._pick(messages)
             self._busy.add(k)
             self._last[k] = messages

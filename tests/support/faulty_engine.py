@@ -114,7 +114,7 @@ class FaultyEngine(EngineBase):
         self.cache = PrefixCache(self.ops)
         self.template_source = "{{ messages }}"
         self.end_tokens = frozenset({END})
-        self._batcher = Batcher(self._run_step, 64, solo=True)
+        self.batcher = Batcher(self._run_step, 64, solo=True)
         self._words: list[int] = []
         return EngineInfo(backend="llama.cpp", model=name or "fake", placement="cpu",
                           n_ctx=self.n_ctx, path=str(path))

@@ -77,7 +77,7 @@ class ScriptEngine(EngineBase):
                                                    if self._thinking_template else "")
         self.knows_thinking_switch = self.mentions_think = self._thinking_template
         self.end_tokens = frozenset({END})
-        self._batcher = Batcher(self._run_step, self.plan.n_batch, solo=True)
+        self.batcher = Batcher(self._run_step, self.plan.n_batch, solo=True)
         return EngineInfo(backend="llama.cpp", model="script", placement="cpu",
                           n_ctx=self.n_ctx, path=str(path), thinking=self._thinking_template)
 

@@ -19,7 +19,7 @@ import platform
 from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass, field
 import time
-from typing import Any, Callable, Collection, Sequence
+from typing import Any, Callable, Collection, Iterator, Sequence
 
 from pocketchat.engines.draft.ngram import Drafter, NgramDrafter
 from pocketchat.engines.draft.policy import CostStore, DraftPolicy
@@ -64,6 +64,10 @@ class Joined(SequenceABC):
         if not 0 <= i < len(self):
             raise IndexError(i)
         return self.head[i] if i < n else self.tail[i - n]
+
+    def __iter__(self) -> Iterator[int]:
+        yield from self.head
+        yield from self.tail
 
 
 @dataclass

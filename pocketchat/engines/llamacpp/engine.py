@@ -113,7 +113,7 @@ class LlamaCppEngine(EngineBase):
         self._threads = self._thread_control(plan)
         solo = plan.parallel <= 1
         self.n_ctx = llm.n_ctx() if solo else int(lib.llama_n_ctx_seq(self._ctx))
-        self._batcher = Batcher(self._run_step, self._n_batch, solo=solo)
+        self.batcher = Batcher(self._run_step, self._n_batch, solo=solo)
         self._mtp = self._mtp_head(plan, loaded.mtp)
         self._init_sequence(0)
         return EngineInfo(
@@ -146,7 +146,7 @@ class LlamaCppEngine(EngineBase):
         """This engine's own part: its sequence's state and cache, its sampler, its counters."""
         lib = self._lib
         self._seq = seq
-        lock = self._batcher.lock
+        lock = self.batcher.lock
         self.state = LlamaState(self._ctx, self._llm.model, seq=seq, lock=lock)
         self.cache = PrefixCache(self.state, max_count=self.plan.checkpoints)
         self._piece_buf = ctypes.create_string_buffer(256)
@@ -226,7 +226,7 @@ class LlamaCppEngine(EngineBase):
             if self._root._llm is not None:
                 self.state.clear()
             return
-        self._batcher.close()  # its step thread decodes into the context: stop it first
+        self.batcher.close()  # its step thread decodes into the context: stop it first
         if self._mtp is not None:
             self._mtp.close()
             self._mtp = None

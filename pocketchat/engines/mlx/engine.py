@@ -113,7 +113,7 @@ class MlxEngine(EngineBase):
                 self._tok_lock = threading.Lock()
             else:
                 note = f"mlx answers one at a time with this model: {why}"
-        self._batcher = Batcher(self._run_step, self._step, solo=self._batch is None)
+        self.batcher = Batcher(self._run_step, self._step, solo=self._batch is None)
         self.end_tokens = frozenset(self._tok.eos_token_ids)
         self._init_sequence(0)
         return EngineInfo(
@@ -171,7 +171,7 @@ class MlxEngine(EngineBase):
             if not self._root._closed:
                 self.state.layers = []
             return
-        self._batcher.close()  # no step after this
+        self.batcher.close()  # no step after this
         self._model = self._tok = None
         self.state.layers = []
         if self._batch is not None:
