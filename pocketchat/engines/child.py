@@ -4,9 +4,9 @@ See `worker` for the protocol and `process` for the launch (`run` is the entry `
 One path serves every width: the backend's sequences (`sequences.Sequences`: one for the chat,
 N for `serve --parallel N`) are served by as many lanes, threads that take the requests in
 turn (answers, state calls, status; `lanes.Requests` says which lane takes the next); the
-main thread listens, so "cancel" and
-"end_thinking" reach the answer they name (its own sequence; inside a decode, llama.cpp's abort
-callback included) and "close" ends them all. Lanes live as long as the process: with one
+main thread listens, so "cancel" and "end_thinking" reach the answer they name (its own
+sequence; inside a decode, llama.cpp's abort callback included) and "close" ends them all.
+Lanes live as long as the process: with one
 sequence every decode comes from that one OS thread (llama.cpp's CPU backend keeps a thread
 pool per calling thread); with several the batcher's step thread runs them (`batcher.Batcher`)
 and is the first lane itself, so a lone conversation decodes in the thread that answers it.
