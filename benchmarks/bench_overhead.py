@@ -14,6 +14,8 @@ the bare loop right before it (median of --pairs alternating pairs, so both see 
            under the answer (the whole answer's, as the others are)
   serve4   `pocketchat serve --parallel 4`, one streaming client (the `openai` client)
   serve1   the same with --parallel 1
+  serve4http  serve4 read by a plain HTTP client (http.client, the SSE lines parsed by hand):
+           the server's own cost, without the `openai` client's parsing beside it
 tok/s is the consumer's wall clock: tokens decoded after the first token arrived / seconds from
 then to the last chunk (the engine decodes the last sampled token too, as the bare loop does);
 tmux's is the one the screen prints under the answer.
@@ -309,7 +311,8 @@ class TmuxPath:
 # -- (f) the server ------------------------------------------------------------------------------
 
 class ServePath:
-    def __init__(self, tokens: int, ctx: int, parallel: int, extra: list[str]) -> None:
+    def __init__(self, tokens: int, ctx: int, parallel: int, extra: list[str],
+                 plain: bool = False) -> None:
         from support.serverproc import ServerProcess
 
         self.home = Path(tempfile.mkdtemp(prefix="bench-overhead-serve-"))
@@ -320,6 +323,7 @@ class ServePath:
         self.client = self.srv.openai()
         self.model = self.client.models.list().data[0].id
         self.tokens = tokens
+        self.plain = plain
         self.once(-1)  # warm-up
 
     def once(self, i: int) -> Run:
@@ -332,6 +336,8 @@ class ServePath:
         return replace(run, host_cpu=used / self.tokens)
 
     def _once(self, i: int) -> Run:
+        if self.plain:
+            return self._once_plain(i)
         first = last = None
         used, reported = 0, 0.0
         msgs = [{"role": "user", "content": f"{i} {PROMPT}"}]
@@ -346,6 +352,35 @@ class ServePath:
             if ev.usage:
                 used = ev.usage.completion_tokens
         # the first event holds one token (it goes at once); the rest came after it
+        return Run((used - 1) / (last - first), None, reported or None)
+
+    def _once_plain(self, i: int) -> Run:
+        """`_once` over http.client: the same request, its SSE events read line by line."""
+        import http.client
+        import json
+
+        body = json.dumps({"model": self.model, "max_tokens": self.tokens, "stream": True,
+                           "seed": 1, "ignore_eos": True,
+                           "stream_options": {"include_usage": True},
+                           "messages": [{"role": "user", "content": f"{i} {PROMPT}"}]})
+        conn = http.client.HTTPConnection(self.srv.url.removeprefix("http://"), timeout=300)
+        conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        first = last = None
+        used, reported = 0, 0.0
+        for line in resp:
+            if not line.startswith(b"data: {"):
+                continue
+            ev = json.loads(line[6:])
+            choice = (ev.get("choices") or [{}])[0]
+            if choice.get("delta", {}).get("content") or choice.get("finish_reason"):
+                last = time.perf_counter()
+                first = first or last
+            if choice.get("finish_reason"):
+                reported = (ev.get("timings") or {}).get("predicted_per_second", 0.0)
+            if ev.get("usage"):
+                used = ev["usage"]["completion_tokens"]
+        conn.close()
         return Run((used - 1) / (last - first), None, reported or None)
 
     def close(self) -> None:
@@ -382,7 +417,8 @@ def open_path(name: str, choice: Any, a: argparse.Namespace) -> Any:
     if name == "tmux":
         return TmuxPath(a.tokens, a.ctx, extra)
     if name.startswith("serve"):
-        return ServePath(a.tokens, a.ctx, int(name[5:]), extra)
+        width = name[5:].removesuffix("http")
+        return ServePath(a.tokens, a.ctx, int(width), extra, plain=name.endswith("http"))
     raise SystemExit(f"unknown path {name!r}; choose from {', '.join(PATHS)}")
 
 
