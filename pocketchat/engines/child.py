@@ -249,8 +249,10 @@ def _stream(engine: Engine, req: int, messages: Sequence[Message] | str | Sequen
             delivered: Callable[[], None] | None = None) -> None:
     """Send one answer's chunks (`kind` "chat": to `messages`; "complete": a raw prompt),
     coalesced; `answers` holds the answer while it runs (the listener cancels it there);
-    `delivered()` is called once its last chunk is sent, before the engine settles."""
+    `delivered()` is called just before its last chunk is sent (the engine settles after)."""
     if req in cancelled:
+        if delivered is not None:
+            delivered()
         send(("chunk", req, Chunk(finish_reason="cancelled")))
         return
     pending: list[Chunk] = []
@@ -280,9 +282,9 @@ def _stream(engine: Engine, req: int, messages: Sequence[Message] | str | Sequen
         if not pending or pending[-1].finish_reason is None:
             pending.append(Chunk(stats=pending[-1].stats if pending else Stats(), finish_reason="error",
                                  error="the engine ended the answer without a finish reason"))
-        send(("chunk", req, _merge(pending)))
-        if delivered is not None:
+        if delivered is not None:  # before the parent can hear of it and send the next turn
             delivered()
+        send(("chunk", req, _merge(pending)))
         if answer is not None and pending[-1].finish_reason in SETTLED:
             try:  # the engine readies its cache for the next turn (base.EngineBase._settle)
                 for _ in answer:
