@@ -29,20 +29,32 @@ def taker(requests: Requests) -> tuple[threading.Thread, list]:
 
 def test_the_front_takes_whenever_it_is_free_and_the_lanes_only_while_it_answers():
     requests = Requests(front=True)
-    requests.put(("a",))
-    requests.put(("b",))
+    requests.put(("status", 1))  # over at once (the server asks after each answer)
+    requests.put(("chat", 2))
+    lane, got = taker(requests)
+    assert requests.take_front() == ("status", 1)
+    lane.join(0.2)
+    assert lane.is_alive() and got == []  # the conversation's turn is still left to the front
+    assert requests.take_front() == ("chat", 2)
+    requests.delivered()
+    requests.close()
+    lane.join(5)
+    assert got == [None]
+    requests = Requests(front=True)
+    requests.put(("chat", "a"))
+    requests.put(("chat", "b"))
     lane, got = taker(requests)
     lane.join(0.2)
     assert lane.is_alive() and got == []  # the front is free: both wait for it
-    assert requests.take_front() == ("a",)
+    assert requests.take_front() == ("chat", "a")
     lane.join(5)
-    assert got == [("b",)]  # the front answers: a lane takes what comes next
+    assert got == [("chat", "b")]  # the front answers: a lane takes what comes next
     requests.delivered()  # the front settles what it delivered
-    requests.put(("c",))
+    requests.put(("chat", "c"))
     lane, got = taker(requests)
     lane.join(0.2)
     assert lane.is_alive() and got == []  # the conversation's next turn is left to the front
-    assert requests.take_front() == ("c",)
+    assert requests.take_front() == ("chat", "c")
     assert requests.take_front() is None  # nothing more: the front never waits here
     requests.close()
     lane.join(5)

@@ -15,6 +15,8 @@ import traceback
 from collections import deque
 from typing import Any, Callable
 
+ANSWERS = ("chat", "complete")  # the requests that stream an answer
+
 
 class Requests:
     """The queue of requests and the rule above; `wake` is called when one arrives (the front
@@ -56,9 +58,12 @@ class Requests:
         with self._cond:
             if self._closed or not self._queue:
                 return None
-            self._answering = True
-            self._cond.notify_all()  # the lanes may take what comes next
-            return self._queue.popleft()
+            msg = self._queue.popleft()
+            # An answer: the lanes may take what comes next. A state call or status is over at
+            # once (the server asks for status after each answer): what comes next is left to it.
+            self._answering = msg[0] in ANSWERS
+            self._cond.notify_all()
+            return msg
 
     def delivered(self) -> None:
         """The front's request is answered (it may still settle): the lanes leave what comes
