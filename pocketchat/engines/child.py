@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from pocketchat.errors import BackendMissing, EngineError, PocketchatError
-from pocketchat.engines.lanes import Requests, front_jobs
+from pocketchat.engines.lanes import ANSWERS, Requests, front_jobs
 from pocketchat.engines.liveness import BEAT_SECONDS
 from pocketchat.engines.sequences import Sequences
 from pocketchat.engines.types import Answer, ChatOptions, Chunk, Engine, Message, Stats
@@ -42,7 +42,7 @@ FLUSH_SECONDS = 0.03
 # answer too, so that an agent's next step evaluates only the tool results.
 SETTLED = ("stop", "length", "tool_calls")
 PROGRESS_SECONDS = 0.1
-REQUESTS = ("chat", "complete", "save_state", "load_state", "status")  # taken in turn by a lane
+REQUESTS = (*ANSWERS, "save_state", "load_state", "status")  # taken in turn by a lane
 BACKENDS = {
     "llama.cpp": ("pocketchat.engines.llamacpp.engine", "LlamaCppEngine"),
     "mlx": ("pocketchat.engines.mlx.engine", "MlxEngine"),
@@ -220,7 +220,7 @@ def _handle(engines: Sequences, msg: tuple, send: Callable[[tuple], None], cance
             delivered: Callable[[], None] | None = None) -> bool:
     """One request: an answer (streamed), or a state call or status (its result, or the
     error it raised); False when the parent is gone."""
-    if msg[0] not in ("chat", "complete"):  # ("save_state" | "load_state", req, path), ("status", req)
+    if msg[0] not in ANSWERS:  # ("save_state" | "load_state", req, path), ("status", req)
         try:
             result: Any = getattr(engines, msg[0])(*msg[2:])
         except Exception as exc:  # noqa: BLE001 - the caller gets the error
