@@ -16,6 +16,7 @@ the bare loop right before it (median of --pairs alternating pairs, so both see 
   serve1   the same with --parallel 1
   serve4http  serve4 read by a plain HTTP client (http.client, the SSE lines parsed by hand):
            the server's own cost, without the `openai` client's parsing beside it
+  serve4@MS   any serve path at `serve --stream-interval MS` (default 100: an event every 100 ms)
 tok/s is the consumer's wall clock: tokens decoded after the first token arrived / seconds from
 then to the last chunk (the engine decodes the last sampled token too, as the bare loop does);
 tmux's is the one the screen prints under the answer.
@@ -31,7 +32,8 @@ the client (serve): on a machine whose cores all decode, it is taken from llama.
     flock -x /work/quiet.lock env PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_overhead.py
     ... [--tokens 128] [--pairs 5] [--adaptive] [--paths engine,bench,worker,tmux,serve4,serve1] [--profile]
 
-Goals (issue 32): bench >= 0.97 of bare; the chat in tmux and serve4 >= 0.97 of bench.
+Goals (issue 32): bench >= 0.97 of bare; the chat in tmux and serve4 >= 0.97 of bench (`--against bench`
+pairs each run with a `bench` run instead of the bare loop: that ratio, measured directly).
 `--profile` instead runs the in-process engine under cProfile and prints where the Python goes.
 """
 
@@ -416,9 +418,11 @@ def open_path(name: str, choice: Any, a: argparse.Namespace) -> Any:
         ["--draft", a.draft] if a.draft else [])  # the CLI's flags for what this plan was given
     if name == "tmux":
         return TmuxPath(a.tokens, a.ctx, extra)
-    if name.startswith("serve"):
+    if name.startswith("serve"):  # serveN[http][@MS]: @MS is `serve --stream-interval MS`
+        name, _, pace = name.partition("@")
         width = name[5:].removesuffix("http")
-        return ServePath(a.tokens, a.ctx, int(width), extra, plain=name.endswith("http"))
+        paced = ["--stream-interval", pace] if pace else []
+        return ServePath(a.tokens, a.ctx, int(width), extra + paced, plain=name.endswith("http"))
     raise SystemExit(f"unknown path {name!r}; choose from {', '.join(PATHS)}")
 
 
@@ -433,8 +437,12 @@ def measure(choice: Any, a: argparse.Namespace, names: list[str], out: Callable[
     bare = Bare(choice.plan, choice.path, merge_sampling(choice.plan.sampling, options(a.tokens)),
                 options(a.tokens).thinking)
     done: list[Series] = []
+    against = open_path(a.against, choice, a) if a.against else None
     try:
         bare.once(-1, 16)
+        if against is not None:
+            against.once(-1)  # warm-up
+        reference = (lambda i: bare.once(i, a.tokens)) if against is None else against.once
         for name in names:
             began = time.monotonic()
             path = open_path(name, choice, a)
@@ -445,7 +453,7 @@ def measure(choice: Any, a: argparse.Namespace, names: list[str], out: Callable[
                 elif not isinstance(path, ServePath):
                     path.once(-1)  # warm-up
                 for i in range(a.pairs):
-                    series.bare.append(bare.once(i, a.tokens))
+                    series.bare.append(reference(i))
                     series.runs.append(path.once(i))
             finally:
                 path.close()
@@ -457,11 +465,13 @@ def measure(choice: Any, a: argparse.Namespace, names: list[str], out: Callable[
             series.note = f"({time.monotonic() - began:.0f} s) " + " ".join(notes)
             out(series.row())
             done.append(series)
-        base = Series("bare", runs=[b for s in done for b in s.bare],
+        base = Series(a.against or "bare", runs=[b for s in done for b in s.bare],
                       bare=[b for s in done for b in s.bare])
-        out(base.row() + "  (all bare runs above)")
+        out(base.row() + f"  (all {a.against or 'bare'} runs above)")
     finally:
         bare.close()
+        if against is not None:
+            against.close()
     return done
 
 
@@ -503,6 +513,9 @@ def main() -> int:
                         "never drafts)")
     p.add_argument("--paths", default=",".join(PATHS),
                    help=f"which paths, in order (default: {','.join(PATHS)})")
+    p.add_argument("--against", default=None, metavar="PATH",
+                   help="pair each run with a run of PATH (e.g. bench) instead of the bare loop:\n"
+                        "the 'bare' columns are then PATH's, each ratio path/PATH")
     p.add_argument("--profile", action="store_true", help="cProfile the in-process engine instead")
     a = p.parse_args()
     os.environ.setdefault("POCKETCHAT_DATA_DIR", tempfile.mkdtemp(prefix="bench-overhead-"))
@@ -523,7 +536,8 @@ def main() -> int:
           f"(temp {s.temperature}, top-k {s.top_k}, top-p {s.top_p}, min-p {s.min_p}, repeat "
           f"{s.repeat_penalty}), seed 1, ignore_eos; {a.tokens} tokens, {a.pairs} pairs each")
     print("tok/s: wall, medians; ratio: median of path/bare per pair; +us: per token over bare; "
-          "decode, py: us per token (the path's, its bare runs')")
+          "decode, py: us per token (the path's, its bare runs')"
+          + (f"; 'bare' here: {a.against}" if a.against else ""))
     print(HEADER, flush=True)
     began = time.monotonic()
     measure(choice, a, names, lambda line: print(line, flush=True))

@@ -17,6 +17,14 @@ from dataclasses import replace
 
 from pocketchat.errors import PocketchatError, UsageError
 
+# The shortest time between two streamed events of one answer (the first token goes at once).
+# Each event costs this machine about 1 ms of CPU, the server's and the client's together, and on
+# a CPU-only machine that time is taken from the model's decoding: with one `openai` client on the
+# starter, `serve --parallel 4` decoded at 0.956 of `bench`'s speed at 30 ms apart, 0.967 at 50,
+# 1.00 at 100 (`benchmarks/bench_overhead.py --against bench --paths serve4@30,serve4@50,serve4`).
+# 100 ms is the chat's pace too (ui.streaming.UPDATES_PER_SECOND), which `bench` reads at.
+STREAM_INTERVAL_MS = 100
+
 
 def configure(p: argparse.ArgumentParser) -> None:
     from pocketchat.choose.selection import add_prompt_cache_disk_arg, add_selection_args
@@ -34,6 +42,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--parallel", type=int, default=None, metavar="N",
                    help="answers decoded together, each on its own sequence of n_ctx tokens "
                         "(llama.cpp; default: what the plan's memory allows, at most 4)")
+    p.add_argument("--stream-interval", type=int, default=STREAM_INTERVAL_MS, metavar="MS",
+                   help="the shortest time between two streamed events of an answer: each costs "
+                        f"the machine about 1 ms of CPU (default {STREAM_INTERVAL_MS}; 0: every "
+                        "token as it is decoded)")
     p.add_argument("--prompt-cache-mb", type=int, default=None, metavar="N",
                    help="RAM for the states of recent conversations, so clients that take "
                         "turns do not re-read their whole conversation (0: off; default: a "
@@ -119,6 +131,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--queue must be at least 1, got {args.queue}")
     if args.parallel is not None and not 1 <= args.parallel <= 64:
         raise UsageError(f"--parallel must be between 1 and 64, got {args.parallel}")
+    if not 0 <= args.stream_interval <= 1000:
+        raise UsageError(f"--stream-interval must be between 0 and 1000 ms, got {args.stream_interval}")
     for origin in args.cors_origin:
         parse_origin(origin)  # UsageError before anything is loaded
     if args.prompt_cache_mb is not None and args.prompt_cache_mb < 0:
@@ -180,8 +194,9 @@ def _serve(args: argparse.Namespace, choice, sock: socket.socket, api_key: str |
                 server.should_exit = True
 
     choice = with_parallel(choice, args.parallel)
-    host = EngineHost(lambda: api.open_session(choice).engine, queue_size=args.queue,
-                      sequences=choice.plan.parallel, on_state=on_state)
+    pace = args.stream_interval / 1000
+    host = EngineHost(lambda: api.open_session(choice, chunk_interval=pace).engine,
+                      queue_size=args.queue, sequences=choice.plan.parallel, on_state=on_state)
     aliases = [a for a in (args.model, choice.label) if a and a != name]
     info = {"max_model_len": choice.plan.n_ctx,
             "meta": {"backend": choice.plan.backend, "placement": choice.plan.describe(),
