@@ -25,11 +25,13 @@ def _stream(srv: Any) -> list[str]:
 @pytest.mark.slow
 def test_the_stream_interval_sets_how_often_events_come_and_keeps_the_text(tmp_path):
     args = ["--model", "starter", "--ctx", "512", "--parallel", "1"]
-    (tmp_path / "each").mkdir(), (tmp_path / "second").mkdir()
-    with running([*args, "--stream-interval", "0"], tmp_path / "each") as srv:
-        each = _stream(srv)
-    with running([*args, "--stream-interval", "1000"], tmp_path / "second") as srv:
-        grouped = _stream(srv)
+    streams = {}
+    for pace in ("0", "1000"):
+        home = tmp_path / pace
+        home.mkdir()
+        with running([*args, "--stream-interval", pace], home) as srv:
+            streams[pace] = _stream(srv)
+    each, grouped = streams["0"], streams["1000"]
     assert "".join(each) == "".join(grouped) != ""
     assert len(each) >= TOKENS - 2, each  # a token of a partial character waits for the next
     # the first token goes at once; the other 23 are decoded well within a second of it
