@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Mapping, Seq
 
 from pocketchat.engines.types import (Answer, ChatOptions, Chunk, Engine, EngineInfo, FinishReason,
                                       Message, Stats, TokenLogprob, ToolCall)
-from pocketchat.errors import ApiError, EngineClosed, EngineError, PocketchatError
+from pocketchat.errors import ApiError, EngineClosed, EngineError, PocketchatError, SessionBusy
 
 if TYPE_CHECKING:
     from pocketchat.choose.model import ModelChoice
@@ -168,7 +168,8 @@ class Session:
     def __init__(self, engine: Engine, choice: "ModelChoice | None" = None) -> None:
         self.engine = engine
         self.choice = choice
-        self._busy = threading.Lock()
+        self._busy = threading.Lock()  # one answer at a time; callers wait their turn
+        self._holder: int | None = None  # the thread whose answer holds it
         self._closed = False
 
     @property
@@ -197,7 +198,7 @@ class Session:
              response_format: Mapping[str, Any] | None = None, thinking: bool | int | None = None,
              max_tokens: int | None = None, temperature: float | None = None,
              top_p: float | None = None, seed: int | None = None, logprobs: int | None = None,
-             options: ChatOptions | None = None) -> ChatResult: ...
+             options: ChatOptions | None = None, timeout: float | None = None) -> ChatResult: ...
 
     @overload
     def chat(self, messages: Sequence[MessageLike], *, stream: Literal[True],
@@ -207,7 +208,8 @@ class Session:
              response_format: Mapping[str, Any] | None = None, thinking: bool | int | None = None,
              max_tokens: int | None = None, temperature: float | None = None,
              top_p: float | None = None, seed: int | None = None, logprobs: int | None = None,
-             options: ChatOptions | None = None) -> Iterator[Chunk]: ...
+             options: ChatOptions | None = None, timeout: float | None = None
+             ) -> Iterator[Chunk]: ...
 
     def chat(self, messages: Sequence[MessageLike], *, stream: bool = False,
              tools: Sequence[Mapping[str, Any]] | None = None,
@@ -216,7 +218,8 @@ class Session:
              response_format: Mapping[str, Any] | None = None, thinking: bool | int | None = None,
              max_tokens: int | None = None, temperature: float | None = None,
              top_p: float | None = None, seed: int | None = None, logprobs: int | None = None,
-             options: ChatOptions | None = None) -> ChatResult | Iterator[Chunk]:
+             options: ChatOptions | None = None, timeout: float | None = None
+             ) -> ChatResult | Iterator[Chunk]:
         """Answer the conversation: a `ChatResult`, or the typed chunks as they come (`stream`).
 
         `messages`: OpenAI-style dicts (assistant `tool_calls` and `reasoning_content`, `tool`
@@ -226,39 +229,47 @@ class Session:
         off); `logprobs=N` gives each token's
         logprob and N alternatives. `options` sets anything else (min_p, penalties, ...); the
         keywords given override it. Invalid input raises ApiError (a ValueError) naming it.
+
+        A session answers one call at a time: a call from another thread while it answers
+        waits its turn (at most `timeout` seconds, then SessionBusy; None waits as long as it
+        takes). A thread that starts a second answer while its own first is unread gets
+        SessionBusy at once (it would wait for itself).
         """
         conversation, opts = self.chat_request(
             messages, options, tools=tools, tool_choice=tool_choice,
             parallel_tool_calls=parallel_tool_calls, response_format=response_format,
             thinking=thinking, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
             seed=seed, logprobs=logprobs)
-        chunks = self._answer(conversation, opts)
+        chunks = self._answer(conversation, opts, timeout)
         return chunks if stream else _gather(chunks)
 
     @overload
     def complete(self, prompt: str, *, stream: Literal[False] = False,
                  max_tokens: int | None = None, temperature: float | None = None,
                  top_p: float | None = None, seed: int | None = None, logprobs: int | None = None,
-                 options: ChatOptions | None = None) -> ChatResult: ...
+                 options: ChatOptions | None = None, timeout: float | None = None) -> ChatResult: ...
 
     @overload
     def complete(self, prompt: str, *, stream: Literal[True],
                  max_tokens: int | None = None, temperature: float | None = None,
                  top_p: float | None = None, seed: int | None = None, logprobs: int | None = None,
-                 options: ChatOptions | None = None) -> Iterator[Chunk]: ...
+                 options: ChatOptions | None = None, timeout: float | None = None
+             ) -> Iterator[Chunk]: ...
 
     def complete(self, prompt: str, *, stream: bool = False, max_tokens: int | None = None,
                  temperature: float | None = None, top_p: float | None = None,
                  seed: int | None = None, logprobs: int | None = None,
-                 options: ChatOptions | None = None) -> ChatResult | Iterator[Chunk]:
+                 options: ChatOptions | None = None, timeout: float | None = None
+                 ) -> ChatResult | Iterator[Chunk]:
         """Continue `prompt` as raw text (no chat template, no reasoning, no tools): a
-        `ChatResult`, or the typed chunks as they come (`stream`). Keywords as in `chat`."""
+        `ChatResult`, or the typed chunks as they come (`stream`). Keywords (and the turn a
+        call waits for, `timeout`) as in `chat`."""
         prompt, opts = self.complete_request(prompt, options, max_tokens=max_tokens,
                                              temperature=temperature, top_p=top_p, seed=seed,
                                              logprobs=logprobs)
         if self._closed:
             raise EngineClosed("this session is closed", hint="Load the model again with pocketchat.load().")
-        chunks = self._stream((), opts, start=lambda: self.engine.complete(prompt, opts))
+        chunks = self._stream((), opts, timeout, start=lambda: self.engine.complete(prompt, opts))
         return chunks if stream else _gather(chunks)
 
     @staticmethod
@@ -311,19 +322,39 @@ class Session:
             opts = replace(opts, max_tokens=None)
         return request.prompts[0], opts
 
-    def _answer(self, messages: tuple[Message, ...], options: ChatOptions) -> Iterator[Chunk]:
+    def _answer(self, messages: tuple[Message, ...], options: ChatOptions,
+                timeout: float | None = None) -> Iterator[Chunk]:
         if self._closed:
             raise EngineClosed("this session is closed", hint="Load the model again with pocketchat.load().")
-        return self._stream(messages, options)
+        return self._stream(messages, options, timeout)
+
+    def _take_turn(self, timeout: float | None) -> None:
+        """Wait for the one-answer guard (see `chat`); SessionBusy when it is not had."""
+        me = threading.get_ident()
+        if self._holder == me:
+            raise SessionBusy("this thread's previous answer is still being read (one answer "
+                              "at a time)",
+                              hint="Read that answer to its end, or close its iterator, first.")
+        if not self._busy.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            raise SessionBusy(f"this session was still answering another call after {timeout:g} s",
+                              hint="Wait longer (a larger timeout=), or load another session.")
+        self._holder = me
+        if self._closed:
+            self._let_go()
+            raise EngineClosed("this session is closed", hint="Load the model again with pocketchat.load().")
+
+    def _let_go(self) -> None:
+        self._holder = None
+        self._busy.release()
 
     def _stream(self, messages: tuple[Message, ...], options: ChatOptions,
-                start: Callable[[], Answer] | None = None) -> Iterator[Chunk]:
-        """The engine's chunks under the session's one-answer guard: a failed chunk raises its
-        error; the guard is let go before the final chunk is handed over, and on every error
-        or early stop (the engine's answer is cancelled and closed then)."""
-        if not self._busy.acquire(blocking=False):
-            raise EngineError("this session is answering already (one answer at a time)",
-                              hint="Read the other answer to its end, or close its iterator, first.")
+                timeout: float | None = None, start: Callable[[], Answer] | None = None
+                ) -> Iterator[Chunk]:
+        """The engine's chunks under the session's one-answer guard (taken when the first
+        chunk is asked for): a failed chunk raises its error; the guard is let go before the
+        final chunk is handed over, and on every error or early stop (the engine's answer is
+        cancelled and closed then)."""
+        self._take_turn(timeout)
         held, finished = True, False
         inner: Answer | None = None
         try:
@@ -335,7 +366,7 @@ class Session:
                 if chunk.finish_reason is not None:
                     finished = True
                     held = False
-                    self._busy.release()
+                    self._let_go()
                 yield chunk
         finally:
             try:
@@ -347,7 +378,7 @@ class Session:
                         inner.close()
                 finally:
                     if held:
-                        self._busy.release()
+                        self._let_go()
 
     def cancel(self) -> None:
         """Stop the answer in flight (safe from another thread); it ends with 'cancelled'."""

@@ -126,11 +126,26 @@ def environment_error(exc: OSError) -> PocketchatError | None:
         hint = f"Free some space on the disk of {folder}"
         if owner:
             hint += f", or set {owner[1]} to a folder on another disk (pocketchat keeps its {owner[0]} there)"
-        return DiskFull(f"cannot write to {folder}: {reason}", hint=hint + ".")
+        return DiskFull(f"cannot write to {folder}: {reason}{_free_text(folder)}", hint=hint + ".")
     hint = f"Make {folder} writable"
     if owner:
         hint += f", or set {owner[1]} to a folder you can write to (pocketchat keeps its {owner[0]} there)"
     return NotWritable(f"cannot write to the folder {folder}: {reason}", hint=hint + ".")
+
+
+def _free_text(folder: Path) -> str:
+    """" (N free)" for the disk of `folder` (decimal units, as disks are sold), or "" when it
+    cannot be read."""
+    import shutil
+
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return ""
+    for unit, size in (("GB", 1000**3), ("MB", 1000**2), ("kB", 1000)):
+        if free >= size:
+            return f" ({free / size:.1f} {unit} free)"
+    return f" ({free} bytes free)"
 
 
 def tolerate_unencodable_output() -> None:

@@ -118,6 +118,11 @@ class EngineError(PocketchatError, RuntimeError):
     """The runtime refused a request (bad options, load failure)."""
 
 
+class SessionBusy(EngineError, TimeoutError):
+    """A Python API session still answering another call when this one's turn was due (its
+    `timeout=` ran out), or a thread that starts an answer while its own last one is unread."""
+
+
 class EngineClosed(EngineError):
     """A request to an engine that was closed (`close()`): it cannot answer any more."""
 
@@ -154,13 +159,15 @@ class ContextOverflow(EngineError, ValueError):
 
     hint = "Shorten the message, or restart with a larger context (--ctx)."
 
-    def __init__(self, prompt_tokens: int, limit: int, *, hint: str | None = None) -> None:
+    def __init__(self, prompt_tokens: int, limit: int, *, hint: str | None = None,
+                 whole: int | None = None) -> None:
         super().__init__(
             f"the message needs {prompt_tokens} tokens but the context has room for {limit}",
             hint=hint,
         )
         self.prompt_tokens = prompt_tokens
         self.limit = limit
+        self.whole = prompt_tokens if whole is None else whole  # the whole conversation's
 
 
 class MetalBudgetExceeded(ModelTooLarge):
@@ -214,9 +221,24 @@ class UnsupportedRequest(PocketchatError, ValueError):
     """A request the engine cannot honour as asked (a JSON schema or tool choice it cannot
     enforce); `param` names the part (e.g. "response_format.json_schema.schema.properties.x")."""
 
+    code = "unsupported_parameter"  # the API error's code
+
     def __init__(self, message: str, *, param: str | None = None, hint: str | None = None) -> None:
         super().__init__(message, hint=hint)
         self.param = param
+
+
+class TemplateRefused(UnsupportedRequest):
+    """A conversation the model's chat template refuses (its `raise_exception`: Qwen3.5/3.6's
+    want a user query and a system message only first); the message has the template's words."""
+
+    code = "invalid_value"
+    hint = ("Send a conversation the model's chat template takes (the template's words say "
+            "what it wants).")
+
+    def __init__(self, message: str, *, param: str | None = "messages",
+                 hint: str | None = None) -> None:
+        super().__init__(message, param=param, hint=hint)
 
 
 class ApiError(PocketchatError, ValueError):

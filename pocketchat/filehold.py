@@ -3,16 +3,21 @@
 `hold_file(lock, owner)` takes the lock at `lock` (creating it) and writes this process's id
 in it, or says which live process holds it (`holder`: never one that is gone). Where the file
 system has no locks the hold is granted. `conversations.hold` holds a saved chat with it.
+A full disk is the one write error it raises (an `OSError` naming the lock's folder): nothing
+could be saved there either, and the caller says so.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
 from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
+NO_SPACE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
 
 
 class Hold:
@@ -112,6 +117,7 @@ def hold_file(lock: Path, owner: str) -> Hold | int:
         lock.parent.mkdir(parents=True, exist_ok=True)
         handle = open(lock, "a+b")
     except OSError as exc:  # a read-only folder: saving will say so; nothing to guard here
+        _raise_if_full(exc, lock)
         log.warning("cannot lock %s: %s", lock, exc)
         return Hold(None, owner)
     if not _try_lock(handle):
@@ -119,8 +125,20 @@ def hold_file(lock: Path, owner: str) -> Hold | int:
         text = handle.read(32).decode("ascii", "replace").strip()
         handle.close()
         return holder(lock, int(text) if text.isdigit() else 0)
-    handle.seek(0)
-    handle.truncate()
-    handle.write(str(os.getpid()).encode())
-    handle.flush()
+    try:
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()).encode())
+        handle.flush()
+    except OSError as exc:
+        with contextlib.suppress(OSError):  # closing flushes what did not fit once more
+            handle.close()
+        _raise_if_full(exc, lock)
+        log.warning("cannot write the lock %s: %s", lock, exc)
+        return Hold(None, owner)
     return Hold(handle, owner)
+
+
+def _raise_if_full(exc: OSError, lock: Path) -> None:
+    if exc.errno in NO_SPACE:
+        raise OSError(exc.errno, exc.strerror or os.strerror(exc.errno), str(lock.parent)) from exc

@@ -162,3 +162,29 @@ def test_a_disk_too_small_for_any_build_gives_disk_advice_not_ram_advice(tmp_pat
         assert "not enough free disk to download" in err and "2.0 GB free" in err, (args, err)
         assert "Free disk space where models are stored" in err and "HF_HUB_CACHE" in err, err
         assert "Close other programs" not in err and "smaller --ctx" not in err, err
+
+
+def test_the_chat_on_a_full_disk_says_so_in_one_line_and_exits_1(tmp_path):
+    """The chat in a real terminal (tmux) whose data folder's disk is full: no traceback, one
+    line naming the folder and the space left, exit 1 (the lock of the new chat cannot be
+    written, and nothing of the chat could be saved)."""
+    pytest.importorskip("llama_cpp")
+    from support.terminal import Tmux, command, wait_file
+
+    with full_disk(tmp_path / "data") as data:
+        line, exit_file = command(tmp_path, "--model starter --no-think 2> "
+                                  + str(tmp_path / "err.txt"),
+                                  {"POCKETCHAT_DATA_DIR": str(data),
+                                   "POCKETCHAT_CACHE_DIR": str(tmp_path / "cache")})
+        tmux = Tmux()
+        try:
+            tmux("new-session", "-d", "-s", "e2e", "-x", "100", "-y", "30", line)
+            assert wait_file(exit_file, 90), tmux.screen()
+        finally:
+            tmux.kill()
+    err = (tmp_path / "err.txt").read_text()
+    assert exit_file.read_text().strip() == "1", err
+    assert "Traceback" not in err and "This is a bug" not in err, err
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert lines[0].startswith(f"error: cannot write to {data}") and " free)" in lines[0], err
+    assert "No space left on device" in lines[0] and "POCKETCHAT_DATA_DIR" in err, err

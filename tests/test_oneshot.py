@@ -72,3 +72,23 @@ def test_output_to_a_file_from_a_terminal_without_a_prompt_says_what_to_do(tmp_p
         assert out.read_text() == ""  # no screen codes written into the file
     finally:
         tmux.kill()
+
+
+def test_threads_beyond_the_cores_are_said_in_one_line_and_kept_within_reach():
+    """`-p --threads 999` on this machine: one note with the machine's count, a count the
+    cores can run (999 threads took 48-82 s for a one-line answer here, 16 took 4.7 s), and
+    the answer. --threads 3 is run as asked, with the same note."""
+    pytest.importorskip("llama_cpp")
+    cpus = os.cpu_count() or 1
+    done = _run(["--model", "starter", "--no-think", "--threads", "999", "-p", "Say hi."])
+    assert done.returncode == 0, done.stderr
+    notes = [line for line in done.stderr.splitlines() if line.startswith("note: --threads 999")]
+    assert len(notes) == 1, done.stderr
+    assert f"this machine has {cpus} CPU threads" in notes[0]
+    assert "more threads than cores slow every step" in notes[0]
+    assert f"running {8 * cpus}" in notes[0] and done.stdout.strip()
+    asked = cpus + 1
+    done = _run(["--model", "starter", "--no-think", "--threads", str(asked), "-p", "Say hi."])
+    assert done.returncode == 0, done.stderr
+    assert f"note: --threads {asked}: this machine has {cpus} CPU threads" in done.stderr
+    assert "running" not in done.stderr

@@ -93,8 +93,25 @@ def check(make, budget: int = BUDGET):
     return status
 
 
+@pytest.fixture(scope="module", params=["qwen3.5", "qwen3.6"])
+def real_qwen(request, tmp_path_factory):
+    """The tiny qwen35moe with each of POCKET's real chat templates (support/templates)."""
+    pytest.importorskip("llama_cpp")
+    from support import tinyqwen35
+
+    return tinyqwen35.write_tiny_qwen35moe(
+        tmp_path_factory.mktemp("pcreal") / "q35.gguf",
+        chat_template=tinyqwen35.REAL_TEMPLATES[request.param])
+
+
 def test_hybrid_llama_cpp(tiny_qwen35):
     check(lambda budget: qwen35(tiny_qwen35, budget))
+
+
+def test_hybrid_llama_cpp_with_the_real_templates(real_qwen):
+    """Qwen3.5/3.6's own templates refuse a conversation without a user query: the shared
+    system prompt is still found (rendered with probe user messages) and kept."""
+    check(lambda budget: qwen35(real_qwen, budget))
 
 
 def test_attention_only_llama_cpp():

@@ -54,13 +54,33 @@ def qwen35(tmp_path_factory) -> Path:
                                            chat_template=tinyqwen35.QWEN35_TEMPLATE)
 
 
+def _real(tmp_path_factory, which: str) -> Path:
+    pytest.importorskip("llama_cpp")
+    from support import tinyqwen35
+
+    return tinyqwen35.write_tiny_qwen35moe(tmp_path_factory.mktemp("pdreal") / "q35.gguf",
+                                           chat_template=tinyqwen35.REAL_TEMPLATES[which])
+
+
+@pytest.fixture(scope="module")
+def real_qwen35(tmp_path_factory) -> Path:
+    """The tiny qwen35moe with Qwen3.5's real chat template (support/templates)."""
+    return _real(tmp_path_factory, "qwen3.5")
+
+
+@pytest.fixture(scope="module")
+def real_qwen36(tmp_path_factory) -> Path:
+    """The same with Qwen3.6's (POCKET's)."""
+    return _real(tmp_path_factory, "qwen3.6")
+
+
 @pytest.fixture
 def starter(starter_gguf) -> Path:
     pytest.importorskip("llama_cpp")
     return starter_gguf
 
 
-@pytest.mark.parametrize("which", ["qwen35", "starter"])
+@pytest.mark.parametrize("which", ["qwen35", "real_qwen35", "real_qwen36", "starter"])
 def test_after_a_restart_only_the_tokens_after_the_system_message_are_evaluated(which, request):
     model = request.getfixturevalue(which)
     cold = lifetime(model)

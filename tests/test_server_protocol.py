@@ -73,7 +73,7 @@ def test_a_bad_field_is_a_400_naming_it(fields, param):
 
 
 def test_response_format_logprobs_sampling_and_template_kwargs_are_passed_on():
-    schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "additionalProperties": False}
     r = chat(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema,
                                                                      "strict": True}},
              logprobs=True, top_logprobs=5, min_p=0.05, repeat_penalty=1.1, presence_penalty=0.5,

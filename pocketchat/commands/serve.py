@@ -206,7 +206,8 @@ def _serve(args: argparse.Namespace, choice, sock: socket.socket, api_key: str |
     on, budget = getattr(args, "thinking_default", (True, None))
     app = create_app(host, model_id=name, aliases=aliases, api_key=api_key,
                      loopback_only=loopback, model_info=info, cors_origins=args.cors_origin,
-                     thinking=ThinkDefault(on, budget))
+                     thinking=ThinkDefault(on, budget),
+                     access_log=lambda text: print(text, file=sys.stderr, flush=True))
     together = f", {host.sequences} answers at once" if host.sequences > 1 else ""
     together += f"; {ThinkDefault(on, budget).describe()}"
     print(one_line(f"loading {choice.label} ({choice.plan.describe()}{together}); listening on {url}"

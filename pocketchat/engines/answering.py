@@ -212,6 +212,7 @@ def stats(engine: Any, progress: Progress, *, final: bool = False) -> Stats:
                  dropped_messages=progress.plan.dropped,
                  peak_memory_bytes=engine._peak_memory() if final else None,
                  prompt_length=len(progress.plan.tokens), reused_tokens=progress.kept,
+                 conversation_tokens=progress.plan.whole or len(progress.plan.tokens),
                  prepared_tokens=min(progress.prepared, progress.kept),
                  recent_tok_s=progress.rate.tok_s(), threads=threads, threads_full=full,
                  threads_note=note, thinking_tokens=thought.tokens if thought else 0,

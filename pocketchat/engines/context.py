@@ -23,6 +23,7 @@ class Fitted:
     messages: tuple[Message, ...]
     dropped: int  # messages left out, oldest first
     tokens: int  # prompt tokens of what was kept
+    whole: int = 0  # prompt tokens of the whole conversation (more than `tokens` when cut)
 
 
 def reply_reserve(n_ctx: int, max_tokens: int | None) -> int:
@@ -59,7 +60,7 @@ def fit_messages(
     messages = tuple(messages)
     total = count(messages)
     if total <= budget:
-        return Fitted(messages, 0, total)
+        return Fitted(messages, 0, total, total)
     system, turns = split_turns(messages)
 
     def keep_from(k: int, with_system: bool = True) -> tuple[Message, ...]:
@@ -68,14 +69,14 @@ def fit_messages(
 
     last = len(turns) - 1
     if last < 0:  # only system messages
-        raise ContextOverflow(total, budget)
+        raise ContextOverflow(total, budget, whole=total)
     best_tokens = count(keep_from(last))
     if best_tokens > budget:
         alone = count(keep_from(last, with_system=False)) if system else best_tokens
         if alone > budget:
-            raise ContextOverflow(alone, budget)
+            raise ContextOverflow(alone, budget, whole=total)
         kept = keep_from(last, with_system=False)
-        return Fitted(kept, len(messages) - len(kept), alone)
+        return Fitted(kept, len(messages) - len(kept), alone, total)
     lo, hi = 0, last  # count(keep_from(hi)) fits; find the smallest k that fits
     tokens_at = {last: best_tokens}
     while lo < hi:
@@ -87,4 +88,4 @@ def fit_messages(
         else:
             lo = mid + 1
     kept = keep_from(hi)
-    return Fitted(kept, len(messages) - len(kept), tokens_at.get(hi) or count(kept))
+    return Fitted(kept, len(messages) - len(kept), tokens_at.get(hi) or count(kept), total)

@@ -38,6 +38,7 @@ class PromptPlan:
     stable: int | None  # where the conversation ends before the generation prompt
     prefill: Message | None = None  # a trailing assistant turn the answer continues
     shared: int | None = None  # where a long first system message ends (a shared prefix)
+    whole: int = 0  # prompt tokens of the whole conversation, before old turns were dropped
 
 
 def render(engine: Any, messages: Sequence[Message], thinking: bool, *, generation: bool = True,
@@ -99,7 +100,7 @@ def plan_prompt(engine: Any, messages: tuple[Message, ...], opts: ChatOptions) -
     else:  # the prefill may have opened the reasoning without closing it
         in_thinking = text.rfind(OPEN_TAG) > text.rfind(CLOSE_TAG)
     return PromptPlan(tokens, fitted.messages, in_thinking, fitted.dropped, stable, prefill,
-                      shared_end(engine, fitted.messages, tokens, opts))
+                      shared_end(engine, fitted.messages, tokens, opts), fitted.whole)
 
 
 def shared_end(engine: Any, messages: tuple[Message, ...], tokens: list[int], opts: ChatOptions
@@ -109,32 +110,41 @@ def shared_end(engine: Any, messages: tuple[Message, ...], tokens: list[int], op
     pc = engine.prompt_cache
     if not pc.enabled or len(messages) < 2 or messages[0].role != "system":
         return None
-    key = repr((messages[0], opts.thinking, opts.tools, opts.template_kwargs))
+    key = repr((messages[0], opts.thinking, opts.tools, opts.tool_choice, opts.template_kwargs))
     memo = getattr(engine, "_shared_memo", None)
     if memo is not None and memo[0] == key:
         head = memo[1]
     else:
-        try:  # a template may refuse a conversation without a user message
-            head = engine._encode(render(engine, messages[:1], opts.thinking, generation=False,
-                                         options=opts))
-        except Exception:  # noqa: BLE001 - then no shared prefix is kept
-            head = []
+        head = _probed(engine, messages[:1], opts.thinking, opts)
         engine._shared_memo = (key, head)  # the same system message turn after turn
-    if pc.min_shared <= len(head) < len(tokens) and tokens[: len(head)] == head:
-        return len(head)
+    end = common_prefix(head, tokens)
+    if pc.min_shared <= end < len(tokens):
+        return end
     return None
+
+
+def _probed(engine: Any, messages: Sequence[Message], thinking: bool,
+            options: ChatOptions | None) -> list[int]:
+    """The tokens every conversation that goes on from `messages` with a user message starts
+    with: the common prefix of its renders with each of the `PROBES` as that message. A
+    template refuses a conversation without a user query (Qwen3.5/3.6's), never one with it;
+    one that refuses even these gives no prefix."""
+    shared: list[int] | None = None
+    for probe in PROBES:
+        try:
+            toks = engine._encode(render(engine, (*messages, Message("user", probe)), thinking,
+                                         generation=False, options=options))
+        except Exception:  # noqa: BLE001 - a template's refusal: nothing is known to be shared
+            return []
+        shared = toks if shared is None else shared[: common_prefix(shared, toks)]
+    return shared or []
 
 
 def history_tokens(engine: Any, messages: Sequence[Message], thinking: bool,
                    options: ChatOptions | None = None) -> list[int]:
     """The tokens every next prompt after `messages` starts with: the conversation as the
     template renders it in the history, up to where the next user message's text goes."""
-    shared: list[int] | None = None
-    for probe in PROBES:
-        toks = engine._encode(render(engine, (*messages, Message("user", probe)), thinking,
-                                     generation=False, options=options))
-        shared = toks if shared is None else shared[: common_prefix(shared, toks)]
-    return shared or []
+    return _probed(engine, messages, thinking, options)
 
 
 def closing_tokens(engine: Any, line: str) -> list[int]:

@@ -81,10 +81,10 @@ def remove(path: Path) -> None:
 @contextmanager
 def _idle(engine: Any) -> Iterator[None]:
     """Hold the engine between answers (state files are written under its busy lock)."""
-    from pocketchat.errors import EngineError
+    from pocketchat.errors import EngineClosed, EngineError
 
     if engine._closed:
-        raise EngineError("the engine is closed", hint="Open the model again.")
+        raise EngineClosed()
     if not engine._busy.acquire(blocking=False):
         raise EngineError("the engine is answering; save or load its state after the answer")
     try:

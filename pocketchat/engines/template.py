@@ -18,7 +18,7 @@ import ctypes
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from pocketchat.errors import EngineError
+from pocketchat.errors import EngineError, TemplateRefused
 from pocketchat.engines.types import Message
 
 CHATML = (
@@ -77,10 +77,8 @@ class ChatTemplate:
         try:
             return self._formatters[generation](messages=dicts, **kwargs).prompt
         except Exception as exc:  # the template's raise_exception, or a render error
-            raise EngineError(
-                f"the chat template rejected the conversation: {exc}",
-                hint="Start a new conversation; if it happens again, report it.",
-            ) from exc
+            raise TemplateRefused(f"the model's chat template refused the conversation: {exc}"
+                                  ) from exc
 
     def render(self, messages: Sequence[Message], *, thinking: bool = True,
                generation: bool = True) -> Prompt:
@@ -139,7 +137,7 @@ class BuiltinTemplate:
             buf = ctypes.create_string_buffer(size)
             n = llama_cpp.llama_chat_apply_template(self.name.encode(), chat, len(keep), generation, buf, size)
             if n < 0:
-                raise EngineError(f"llama.cpp's {self.name!r} template rejected the conversation")
+                raise TemplateRefused(f"llama.cpp's {self.name!r} template refused the conversation")
             if n <= size:
                 return buf.raw[:n].decode("utf-8", errors="replace")
             size = n + 1

@@ -108,6 +108,7 @@ class Stats:
     dropped_messages: int = 0
     peak_memory_bytes: int | None = None
     prompt_length: int = 0
+    conversation_tokens: int = 0  # the whole conversation's prompt, before any was dropped
     reused_tokens: int = 0
     prepared_tokens: int = 0
     stop_reason: StopReason | None = None  # set on the last chunk: why the answer stopped

@@ -60,6 +60,19 @@ def check_request(*, lang: str = "en", n_ctx: int | None = None, threads: int | 
         raise UsageError(f"--threads {threads} cannot be used", hint="Give a number of CPU threads, 1 or more.")
 
 
+def threads_note(profile: HardwareProfile, requested: int | None) -> str | None:
+    """The line said when --threads asks for more threads than the machine has, else None:
+    the count asked is run (an experiment the user chose), up to `defaults.thread_ceiling`."""
+    have = profile.cpu_logical_cores or profile.cpu_physical_cores
+    if not requested or not have or requested <= have:
+        return None
+    used = defaults.threads(profile, requested)
+    runs = "" if used == requested else (
+        f"; running {used}, {defaults.OVERSUBSCRIBE} per CPU thread at most")
+    return (f"--threads {requested}: this machine has {have} CPU threads, and more threads than "
+            f"cores slow every step{runs} (leave --threads out to let pocketchat choose)")
+
+
 @dataclass(frozen=True)
 class Choice:
     """The first step of the ladder that fits a budget (else the last one tried), and its fit."""
@@ -263,7 +276,7 @@ def judge(build: Build, budget: Budget | HardwareProfile, *, lang: str = "en", n
     lost = gave_up(c.step, c.top, recurrent=est.memory_need(build, c.step.n_ctx).state > 0) if fit else ()
     plan = None
     if fit is not None:
-        notes = tuple(n for n in (c.note, _gave_up_note(lost)) if n)
+        notes = tuple(n for n in (c.note, _gave_up_note(lost), threads_note(profile, threads)) if n)
         plan = make_plan(build, fit, c.step, budget, sampling=sampling, threads=threads, notes=notes,
                          draft=draft)
     n_threads = plan.n_threads if plan is not None else defaults.threads(profile, threads)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, AsyncIterator, Sequence
+from typing import Any, AsyncIterator, Callable, Sequence
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -29,6 +29,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from pocketchat.errors import ApiError
+from pocketchat.server.access import AccessLog
 from pocketchat.server.cors import Cors, CorsPolicy, Preflight
 from pocketchat.server.endpoint import MAX_BODY_BYTES, Endpoint
 from pocketchat.server.guard import Guard, error_for, send_error
@@ -45,10 +46,12 @@ from pocketchat.server.thinking import ServerThinking, ThinkDefault
 def create_app(host: EngineHost, *, model_id: str, aliases: Sequence[str] = (),
                api_key: str | None = None, loopback_only: bool = True,
                model_info: dict[str, Any] | None = None, max_body: int = MAX_BODY_BYTES,
-               cors_origins: Sequence[str] = (), thinking: ThinkDefault | None = None) -> Cors:
+               cors_origins: Sequence[str] = (), thinking: ThinkDefault | None = None,
+               access_log: Callable[[str], None] | None = None) -> Any:
     """The server's ASGI application (run it with uvicorn); `cors_origins`: the web origins
     allowed besides this machine's own pages ('*': any), see cors.py; `thinking`: what a
-    request that says nothing of thinking gets (`serve --think`)."""
+    request that says nothing of thinking gets (`serve --think`); `access_log`: where each
+    request's line goes (access.py; None: nowhere)."""
     created = int(time.time())
     card = {"id": model_id, "object": "model", "created": created, "owned_by": "pocketchat",
             **(model_info or {})}
@@ -148,7 +151,8 @@ def create_app(host: EngineHost, *, model_id: str, aliases: Sequence[str] = (),
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={HTTPException: http_error, Exception: http_error})
     guarded = Guard(Preflight(app), api_key=api_key, loopback_only=loopback_only)
-    return Cors(guarded, CorsPolicy(cors_origins))
+    served = Cors(guarded, CorsPolicy(cors_origins))
+    return served if access_log is None else AccessLog(served, access_log)
 
 
 __all__ = ["create_app", "ChatCompletions", "Completions", "Messages", "CountTokens", "Responses",

@@ -121,7 +121,7 @@ async def read_body(scope: dict, receive: Callable, limit: int) -> bytes:
 
 def unsupported_error(exc: UnsupportedRequest) -> ApiError:
     """A request the engine cannot honour as asked: 400 naming the part."""
-    return ApiError(exc.message, status=400, code="unsupported_parameter", param=exc.param,
+    return ApiError(exc.message, status=400, code=exc.code, param=exc.param,
                     hint=exc.hint or None)
 
 

@@ -21,6 +21,7 @@ import anyio
 
 from pocketchat.engines.types import Answer, ChatOptions, Chunk, Engine, Liveness, Message
 from pocketchat.errors import ApiError, EngineCrashed, EngineNotResponding
+from pocketchat.server.access import note_answer
 
 Run = Callable[[Engine], Answer]  # one answer, asked of the loaded engine
 
@@ -73,6 +74,7 @@ class Streamed:
                 raise item
             if item.finish_reason is not None:
                 self.finished = True
+                note_answer(item.stats)
             yield item
 
     def cancel(self) -> None:

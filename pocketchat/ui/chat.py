@@ -2,8 +2,7 @@
 
 It knows an `Engine` (handed over by the app once it opens) and the conversation; it knows
 nothing of how the engine starts. When the engine dies mid-answer it says so in the chat and
-posts `EngineLost` for the app.
-"""
+posts `EngineLost` for the app; a disk too full to hold the conversation ends the app."""
 
 from __future__ import annotations
 
@@ -107,7 +106,11 @@ class Chat(Vertical):
 
     async def _hold_and_show(self, conversation: Conversation) -> None:
         """Show `conversation`, or a copy when another window holds it (and say so)."""
-        self.conversation, note = self.holding.take(conversation)
+        try:
+            self.conversation, note = self.holding.take(conversation)
+        except OSError as exc:  # a full disk: the app ends with it (the CLI says it in a line)
+            self.app.fatal_error = exc
+            return self.app.exit(1, return_code=1)
         await self.show_conversation(self.conversation)
         if note:
             self.notice(note, kind="info")

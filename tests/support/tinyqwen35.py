@@ -143,6 +143,14 @@ QWEN35_TOOLS_TEMPLATE = (
 )
 
 
+# The real templates (`templates/README.md`): they refuse a conversation without a user query
+# and a system message that is not first, which the simplified ones above accept.
+TEMPLATES = Path(__file__).parent / "templates"
+REAL_QWEN36_TEMPLATE = (TEMPLATES / "qwen3.6.jinja").read_text(encoding="utf-8")
+REAL_QWEN35_TEMPLATE = (TEMPLATES / "qwen3.5.jinja").read_text(encoding="utf-8")
+REAL_TEMPLATES = {"qwen3.5": REAL_QWEN35_TEMPLATE, "qwen3.6": REAL_QWEN36_TEMPLATE}
+
+
 TINY = Qwen35Shape(
     n_embd=N_EMBD, n_head=N_HEAD, n_head_kv=N_HEAD_KV, head_dim=HEAD_DIM, n_layer=N_LAYER,
     full_attention_interval=FULL_ATTENTION_INTERVAL, n_expert=N_EXPERT, n_expert_used=N_EXPERT_USED,
@@ -217,5 +225,10 @@ try:
         """The same with the Qwen3.5-like template that renders tools (tool call tests)."""
         return write_tiny_qwen35moe(tmp_path_factory.mktemp("tinyq35tools") / "tiny-qwen35moe.gguf",
                                     chat_template=QWEN35_TOOLS_TEMPLATE)
+    @pytest.fixture(scope="session")
+    def tiny_qwen36_real(tmp_path_factory) -> Path:
+        """The same with Qwen3.6's real chat template (POCKET's)."""
+        return write_tiny_qwen35moe(tmp_path_factory.mktemp("tinyq36real") / "tiny-qwen35moe.gguf",
+                                    chat_template=REAL_QWEN36_TEMPLATE)
 except ImportError:  # used outside pytest
     pass

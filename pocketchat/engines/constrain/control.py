@@ -12,7 +12,10 @@ MLX runs `before` inside a logits processor (and `accept` for the previous token
 mlx-lm computes the next logits before it hands out the current token).
 
 While the answer is inside its reasoning (`in_thinking`), nothing is masked: the grammar
-starts after `</think>` (a model that opens `<think>` itself may do so with its first token). The mask is llguidance's bitmask (one bit per token, filled lazily by
+starts after `</think>` (a model that opens `<think>` itself may do so with its first token),
+and the whitespace fed right after the tag (the blank line of a closing the loop writes, when
+the budget, the user or the length cap ends the thought) is not the grammar's: the answer's
+form starts at its first other token, whoever closed the thought. The mask is llguidance's bitmask (one bit per token, filled lazily by
 the matcher: ~0.1 ms on a 49k vocabulary); after the grammar is complete, only end-of-text is
 allowed, so the answer stops there.
 """
@@ -59,6 +62,7 @@ class TokenControl:
         self.top = None if top is None else max(0, min(int(top), MAX_TOP_LOGPROBS))
         self.in_thinking = in_thinking and matcher is not None
         self._tail = ""  # the end of the reasoning so far (to see </think> split over tokens)
+        self._gap = False  # just past </think>: whitespace tokens there are not the grammar's
         # A model that opens its reasoning itself (the prompt did not): its first token may be
         # <think> when that is one token of the vocabulary; the grammar waits for </think>.
         self._opener: int | None = None
@@ -130,9 +134,15 @@ class TokenControl:
             if at >= 0:
                 self.in_thinking = False
                 rest = self._tail[at + len(CLOSE_TAG):]
+                self._gap = not rest.strip()
                 if rest.strip():  # answer text in the same token as the tag: the grammar reads it
                     self._consume_text(rest.lstrip())
             return
+        if self._gap:
+            text = _text(self.token_bytes(token))
+            if not text.strip() and not self.matcher.validate_tokens([token]):
+                return  # the closing's blank line: the grammar starts after it
+            self._gap = False
         if not self.matcher.is_error():
             self.matcher.consume_token(token)
 

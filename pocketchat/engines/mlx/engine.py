@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from pocketchat.errors import EngineError, PocketchatError
+from pocketchat.errors import PocketchatError, TemplateRefused
 from pocketchat.engines.base import EngineBase, SamplingSettings
 from pocketchat.engines.loaderror import load_error
 from pocketchat.engines.constrain.control import TokenControl
@@ -187,8 +187,8 @@ class MlxEngine(EngineBase):
             return self._tok.apply_chat_template(dicts, tokenize=False,
                                                  add_generation_prompt=generation, **kwargs)
         except Exception as exc:  # noqa: BLE001 - jinja errors, the template's raise_exception
-            raise EngineError(f"the chat template rejected the conversation: {exc}",
-                              hint="Start a new conversation; if it happens again, report it.") from exc
+            raise TemplateRefused(f"the model's chat template refused the conversation: {exc}"
+                                  ) from exc
 
     def _ll_tokenizer(self) -> Any:
         if self._root is not self:

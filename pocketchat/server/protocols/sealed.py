@@ -21,7 +21,9 @@ def seal(text: str) -> str:
 
 def unseal(token: object) -> str | None:
     """The text a token from `seal` holds; None for any other value (another server's
-    signature, a damaged token): such a thought is left out, never an error."""
+    signature, a damaged token): such a thought is left out. The protocols refuse a damaged
+    token of this server's (`damaged`), since the client changed what it should send back
+    unchanged; another server's signature is no mistake (a client that changed servers)."""
     if not isinstance(token, str) or not token.startswith(TAG):
         return None
     try:
@@ -29,3 +31,8 @@ def unseal(token: object) -> str | None:
                                bufsize=1 << 16).decode("utf-8")
     except (binascii.Error, zlib.error, UnicodeError, ValueError):
         return None
+
+
+def damaged(token: object) -> bool:
+    """A token with this server's tag that does not read back (changed on the way)."""
+    return isinstance(token, str) and token.startswith(TAG) and unseal(token) is None

@@ -198,3 +198,32 @@ def _generic(error: ValidationError) -> str:
     if kind in ("anyOf", "oneOf"):
         return f"is not one of the accepted forms: {shown(value)}"
     return f"is not valid: {error.message[:200]}"
+
+
+def check_strict(schema: Any, where: str) -> None:
+    """A schema given with `strict: true` follows OpenAI's strict rule this server can check:
+    every object in it says `additionalProperties: false` (else a 400 naming the first that
+    does not, as OpenAI answers). What strict mode allows is enforced while sampling anyway."""
+    for path, node in _objects(schema, where):
+        if node.get("additionalProperties") is not False:
+            raise bad(f"'{where}' is strict, and strict schemas need 'additionalProperties': "
+                      f"false on every object; '{path}' does not say it", path, "invalid_value")
+
+
+def _objects(node: Any, path: str):
+    """(path, schema) of each object schema in `node`, outermost first."""
+    if isinstance(node, list):
+        for i, item in enumerate(node):
+            yield from _objects(item, f"{path}[{i}]")
+        return
+    if not isinstance(node, dict):
+        return
+    if node.get("type") == "object" or (isinstance(node.get("type"), list)
+                                        and "object" in node["type"]) or "properties" in node:
+        yield path, node
+    for key in ("properties", "$defs", "definitions", "patternProperties"):
+        for name, sub in (node.get(key) or {}).items() if isinstance(node.get(key), dict) else ():
+            yield from _objects(sub, f"{path}.{key}.{name}")
+    for key in ("items", "anyOf", "oneOf", "allOf", "prefixItems", "not"):
+        if key in node:
+            yield from _objects(node[key], f"{path}.{key}")

@@ -9,8 +9,8 @@ from dataclasses import replace
 from typing import Any
 
 from pocketchat.engines.types import Chunk
-from pocketchat.server.endpoint import (Endpoint, Responder, answer_one, chunk_error,
-                                        refuse_dropped)
+from pocketchat.errors import ContextOverflow
+from pocketchat.server.endpoint import Endpoint, Responder, answer_one, chunk_error
 from pocketchat.server.turn import chat_run
 from pocketchat.server.protocols.anthropic import encode as anthropic
 from pocketchat.server.protocols.anthropic.requests import (MessagesRequest, parse_count_request,
@@ -64,7 +64,9 @@ class Messages(Endpoint):
 
 class CountTokens(Endpoint):
     """POST /v1/messages/count_tokens: the prompt a Messages request would read, counted by
-    the engine with the model's template (the answer is stopped at its first piece)."""
+    the engine with the model's template (the answer is stopped at its first piece). A prompt
+    over the context is counted all the same (`context_window` says how much fits), so a
+    client can learn how far over it is."""
 
     error_body = staticmethod(anthropic.error_body)
     error_event = staticmethod(anthropic.error_event)
@@ -77,8 +79,17 @@ class CountTokens(Endpoint):
         async with self.host.turn() as turn:
             async with turn.answer(chat_run(request.chat.messages, options)) as answer:
                 first = await anext(aiter(answer))  # leaving the block stops the answer
+        limit = first.stats.context_limit
         if first.finish_reason == "error":
-            raise chunk_error(first)
-        refuse_dropped(first)
-        await out.json(200, {"input_tokens": first.stats.prompt_length or first.stats.prompt_tokens})
+            if not isinstance(first.failure, ContextOverflow):
+                raise chunk_error(first)
+            count = first.failure.whole  # over the context: counted all the same
+        else:
+            count = (first.stats.conversation_tokens or first.stats.prompt_length
+                     or first.stats.prompt_tokens)
+        body: dict = {"input_tokens": count}
+        if first.stats.dropped_messages or first.finish_reason == "error":
+            # more than a Messages request may read: say how much room there is (an extension)
+            body["context_window"] = limit
+        await out.json(200, body)
 

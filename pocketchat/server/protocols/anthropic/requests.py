@@ -25,7 +25,7 @@ from typing import Any
 from pocketchat.engines.types import ChatOptions, Message, ToolCall
 from pocketchat.server.protocols.anthropic.schema import COMPONENTS
 from pocketchat.server.protocols.conversation import check_results, with_system
-from pocketchat.server.protocols.sealed import unseal
+from pocketchat.server.protocols.sealed import damaged, unseal
 from pocketchat.server.protocols.validate import Schema, bad, parse_json
 from pocketchat.server.request import ChatRequest
 from pocketchat.server.thinking import EFFORT_BUDGETS, effort_thinking
@@ -81,6 +81,12 @@ def _user(content: Any, where: str) -> list[tuple[Message, str]]:
     return out
 
 
+def _check_sealed(token: object, where: str) -> None:
+    if damaged(token):
+        raise bad(f"'{where}' was changed: it is not a thought this server sealed; send the "
+                  "block back as it came, or leave it out", where, "invalid_value")
+
+
 def _assistant(content: Any, where: str) -> Message:
     if isinstance(content, str):
         return Message("assistant", content)
@@ -95,9 +101,12 @@ def _assistant(content: Any, where: str) -> Message:
             calls.append(ToolCall(id=block["id"], name=block["name"],
                                   arguments=json.dumps(block["input"], ensure_ascii=False)))
         elif kind == "thinking":
+            if not block["thinking"]:
+                _check_sealed(block.get("signature"), f"{where}[{i}].signature")
             thought = block["thinking"] or unseal(block.get("signature")) or ""
             thoughts.append(thought)
         elif kind == "redacted_thinking":
+            _check_sealed(block["data"], f"{where}[{i}].data")
             thoughts.append(unseal(block["data"]) or "")
         elif kind in UNSUPPORTED:
             _text([block], where)  # refused by name

@@ -33,7 +33,7 @@ from typing import Any, Mapping
 
 from pocketchat.engines.types import ChatOptions, Message, ToolCall
 from pocketchat.server.protocols.openai.schema import COMPLETION_MAX_TOKENS, COMPONENTS, MAX_N
-from pocketchat.server.protocols.validate import Schema, bad, parse_json
+from pocketchat.server.protocols.validate import Schema, bad, check_strict, parse_json
 from pocketchat.server.request import ChatRequest, CompletionRequest, Prompt
 from pocketchat.server.thinking import effort_thinking
 
@@ -147,6 +147,9 @@ def parse_tools(value: Any) -> tuple[dict, ...]:
             raise bad(f"tools[{i}]: two tools are named {json.dumps(name)}",
                       f"tools[{i}].function.name", "invalid_value")
         seen.add(name)
+        if tool["function"].get("strict") is True:
+            check_strict(tool["function"].get("parameters") or {"type": "object"},
+                         f"tools[{i}].function.parameters")
     return tuple(value)
 
 
@@ -176,6 +179,8 @@ def parse_response_format(value: Any) -> dict | None:
     if value["type"] == "json_object":
         return {"type": "json_object"}
     spec = {k: v for k, v in value["json_schema"].items() if v is not None}
+    if spec.get("strict") is True and "schema" in spec:
+        check_strict(spec["schema"], "response_format.json_schema.schema")
     return {"type": "json_schema", "json_schema": spec}
 
 

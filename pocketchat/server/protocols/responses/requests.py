@@ -21,8 +21,8 @@ from typing import Any, Callable
 from pocketchat.engines.types import ChatOptions, Message, ToolCall
 from pocketchat.server.protocols.conversation import check_results, with_system
 from pocketchat.server.protocols.responses.schema import COMPONENTS
-from pocketchat.server.protocols.sealed import unseal
-from pocketchat.server.protocols.validate import Schema, bad
+from pocketchat.server.protocols.sealed import damaged, unseal
+from pocketchat.server.protocols.validate import Schema, bad, check_strict
 from pocketchat.server.request import ChatRequest
 from pocketchat.server.thinking import effort_thinking
 
@@ -56,7 +56,11 @@ def _text(content: Any, where: str) -> str:
     return "".join(parts)
 
 
-def _reasoning(item: dict) -> str:
+def _reasoning(item: dict, where: str) -> str:
+    if damaged(item.get("encrypted_content")):
+        raise bad(f"'{where}.encrypted_content' was changed: it is not a thought this server "
+                  "sealed; send the item back as it came, or leave it out",
+                  f"{where}.encrypted_content", "invalid_value")
     sealed = unseal(item.get("encrypted_content"))
     if sealed is not None:
         return sealed
@@ -96,7 +100,7 @@ def conversation(items: tuple[dict, ...], instructions: str | None,
                                     tool_call_id=item["call_id"]))
             places.append(at)
         elif kind == "reasoning":
-            thought = (thought or "") + _reasoning(item)
+            thought = (thought or "") + _reasoning(item, at)
     rest = [m for m in messages if m.role != "system"]
     spots = [p for m, p in zip(messages, places) if m.role != "system"]
     if not rest:
@@ -117,6 +121,8 @@ def _tools(data: dict) -> tuple[tuple[dict, ...], tuple[str, ...]]:
             raise bad(f"tools[{i}]: two tools are named {json.dumps(tool['name'])}",
                       f"tools[{i}].name", "invalid_value")
         seen.add(tool["name"])
+        if tool.get("strict") is True:
+            check_strict(tool.get("parameters") or {"type": "object"}, f"tools[{i}].parameters")
         function = {k: tool[k] for k in ("name", "description", "parameters") if tool.get(k)}
         tools.append({"type": "function", "function": function})
     return tuple(tools), tuple(ignored)
@@ -146,6 +152,8 @@ def _format(data: dict) -> dict | None:
         return None
     if spec["type"] == "json_object":
         return {"type": "json_object"}
+    if spec.get("strict") is True:
+        check_strict(spec["schema"], "text.format.schema")
     return {"type": "json_schema", "json_schema": {"name": spec.get("name") or "output",
                                                   "schema": spec["schema"],
                                                   "strict": spec.get("strict")}}
