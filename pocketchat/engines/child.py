@@ -187,8 +187,9 @@ def _serve(engine: Any, conn: Any, send: Callable[[tuple], None],
     while True:
         try:
             msg = conn.recv()
-        except (EOFError, OSError):  # the parent is gone
-            msg = ("close",)
+        except (EOFError, OSError):  # the parent is gone (killed, or ended by Ctrl-C): nobody
+            os._exit(0)  # reads what this process would write; its memory is freed now, not
+            # after the step in flight (disk-tier files are renamed whole, so none is torn)
         if msg[0] in REQUESTS:
             requests.put(msg)
         elif msg[0] == "cancel":

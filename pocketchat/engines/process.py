@@ -231,16 +231,17 @@ def launch(args: tuple, log_path: str
     return ours, WorkerProcess(popen, alive_r)
 
 
-def reap(proc: "WorkerProcess", conn: Any) -> None:
-    """Ask the worker to close, kill it when it has not within 2 s, and wait for it (no
-    zombie is left); then let go of the connection and the sentinel."""
+def reap(proc: "WorkerProcess", conn: Any, grace: list[float] | None = None) -> None:
+    """Ask the worker to close, kill it when it has not within `grace[0]` seconds (2 s; 0
+    after Ctrl-C stopped one of its answers: the program ends now, and the worker with it),
+    and wait for it (no zombie is left); then let go of the connection and the sentinel."""
     try:
         if proc.is_alive():
             try:
                 conn.send(("close",))
             except (OSError, ValueError):
                 pass
-            proc.join(2)
+            proc.join(2 if grace is None else grace[0])
         if proc.is_alive():
             proc.kill()
             proc.join(2)

@@ -91,7 +91,8 @@ class WorkerEngine:
         self._killed = ""  # why this engine ended its worker itself ("": it did not)
         self._reader = Reader(self._conn, self._proc)
         self._inbox, self._routes = self._reader.inbox, self._reader.routes
-        self._finalizer = weakref.finalize(self, reap, self._proc, self._conn)
+        self._grace = [2.0]  # seconds the worker is given to close (0 after Ctrl-C)
+        self._finalizer = weakref.finalize(self, reap, self._proc, self._conn, self._grace)
         if wait and not self.wait_ready(timeout):
             self.close()
             raise EngineError(f"the model did not load within {timeout:g} s")
@@ -231,7 +232,7 @@ class WorkerEngine:
         """One answer's chunks from its own queue. Nothing is asked before the first chunk is
         (an answer dropped unstarted leaves nothing behind); the answer is over for the engine
         before the caller sees its last chunk, whatever the caller does after."""
-        finished = False
+        finished = interrupted = False
         inbox: queue.SimpleQueue = queue.SimpleQueue()
         try:
             self._usable()
@@ -257,9 +258,13 @@ class WorkerEngine:
                     yield chunk
                     return
                 yield chunk
+        except KeyboardInterrupt:  # Ctrl-C: the program ends or takes over at once, never
+            interrupted = True  # after the step in flight (the child drops the answer), and
+            self._grace[0] = 0.0  # a program that ends takes its worker with it
+            raise
         finally:
             if not finished and req in self._live and self._crash is None and not self._closed:
-                self._stop_answer(req, inbox)
+                self._stop_answer(req, inbox, wait=not interrupted)
             self._done(req)
 
     def _done(self, req: int) -> None:
@@ -267,13 +272,15 @@ class WorkerEngine:
         self._stopping.discard(req)
         self._routes.pop(req, None)
 
-    def _stop_answer(self, req: int, inbox: queue.SimpleQueue) -> None:
-        """The caller stopped reading: cancel, and wait (STOP_WAIT at most) until the child
-        ended that answer (its sequence is free then; a worker that does not respond drops
-        the answer if it resumes)."""
+    def _stop_answer(self, req: int, inbox: queue.SimpleQueue, *, wait: bool = True) -> None:
+        """The caller stopped reading: cancel, and wait (STOP_WAIT at most, unless not to
+        `wait`) until the child ended that answer (its sequence is free then; a worker that
+        does not respond drops the answer if it resumes)."""
         try:
             self._send(("cancel", req))
         except EngineCrashed:
+            return
+        if not wait:
             return
         deadline = time.monotonic() + STOP_WAIT
         while deadline - time.monotonic() > 0 and self.liveness().responding:
