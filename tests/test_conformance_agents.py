@@ -235,7 +235,10 @@ def test_a_stream_names_one_item_and_its_deltas_make_the_text(oai):
                                   stream=True, input=[{"role": "system", "content": "Book"},
                                                       {"role": "user", "content": "What is the best book"}])
     events = list(stream)
-    assert events[0].type == "response.created" and events[-1].type == "response.completed"
+    assert events[0].type == "response.created"
+    status = events[-1].response.status  # OpenAI's last event: completed, or cut by the cap
+    assert events[-1].type == ("response.incomplete" if status == "incomplete"
+                               else "response.completed"), (status, events[-1].type)
     resp_id = events[0].response.id
     assert resp_id.startswith("resp_")
     added = next(e for e in events if e.type == "response.output_item.added")

@@ -143,3 +143,20 @@ def test_ecma_patterns_are_anchored_per_branch():
     assert ecma_to_rust("^a|b$") == "(?:(?:a)(?s:.*))|(?:(?s:.*)(?:b))"
     assert ecma_to_rust("^a\\$") == "(?:(?:a\\$)(?s:.*))"
     assert ecma_to_rust("^[\\d[]$") == "(?:(?:[0-9\\[]))"
+
+
+def test_one_of_is_enforced_as_any_of_in_tools_and_response_formats():
+    """Qwen Code's default tools say `oneOf` where the branches overlap; llguidance refuses
+    that unless it may read it as `anyOf` (as llama.cpp does): a forced call over them works,
+    and what no branch admits is still refused."""
+    overlapping = {"oneOf": [{"type": "string"}, {"type": "string", "enum": ["all"]}, {
+        "type": "array", "items": {"type": "string"}}]}
+    params = one(overlapping)
+    xml, js = grammar(params, "xml"), grammar(params, "json")
+    for value in ("all", ["a.txt", "b.txt"]):
+        assert admits(js, json_call({"p": value}), TOK), value
+        assert admits(xml, xml_call({"p": value}, set()), TOK), value
+    assert not admits(js, json_call({"p": 7}), TOK)
+    fmt = checked_grammar(ChatOptions(response_format={"type": "json_schema", "json_schema": {
+        "schema": params}}), "xml", TOK)
+    assert admits(fmt, json.dumps({"p": "all"}), TOK) and not admits(fmt, '{"p": 7}', TOK)

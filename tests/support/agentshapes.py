@@ -186,17 +186,18 @@ def check_anthropic_stream(events: list[tuple[str | None, Any]]) -> dict[str, An
 
 def check_responses_stream(events: list[tuple[str | None, Any]]) -> dict[str, Any]:
     """The Responses sequence: response.created, response.in_progress, items (added, their
-    deltas, done; output indexes 0, 1, ...), response.completed (its status "incomplete" when
-the cap cut the answer); sequence
+    deltas, done; output indexes 0, 1, ...), response.completed, or response.incomplete when
+the cap cut the answer (as OpenAI ends it); sequence
     numbers 0, 1, ...; each event's name is its type. Returns the final response."""
     names = [n for n, _ in events]
     assert all(n == d["type"] for n, d in events), names
     assert [d["sequence_number"] for _, d in events] == list(range(len(events)))
     assert names[:2] == ["response.created", "response.in_progress"], names
-    assert names[-1] == "response.completed", names
+    final = events[-1][1]["response"]
+    ending = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
+    assert names[-1] == ending, (final["status"], names)
     added = [d["output_index"] for n, d in events if n == "response.output_item.added"]
     done = [d for n, d in events if n == "response.output_item.done"]
     assert added == list(range(len(added))) == [d["output_index"] for d in done], names
-    final = events[-1][1]["response"]
     assert final["output"] == [d["item"] for d in done]
     return final

@@ -44,12 +44,19 @@ def _lit(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def _json(schema: Mapping[str, Any]) -> str:
-    """`%json {...}` for a schema, with bounded whitespace unless the schema sets its own."""
+def _guided(schema: Mapping[str, Any]) -> dict:
+    """The schema with llguidance's options, unless it sets its own: bounded whitespace, and
+    `oneOf` read as `anyOf` (exactly one branch is out of reach for a matcher, as llama.cpp
+    reads it too: an answer valid for two branches is let through)."""
     schema = dict(schema)
     if "x-guidance" not in schema:
-        schema["x-guidance"] = {"whitespace_pattern": JSON_WHITESPACE}
-    return f"%json {json.dumps(schema)}"
+        schema["x-guidance"] = {"whitespace_pattern": JSON_WHITESPACE, "coerce_one_of": True}
+    return schema
+
+
+def _json(schema: Mapping[str, Any]) -> str:
+    """`%json {...}` for a schema (`_guided`)."""
+    return f"%json {json.dumps(_guided(schema))}"
 
 
 def _tool_name(tool: Mapping[str, Any]) -> str | None:
@@ -180,7 +187,7 @@ def check_schema(schema: dict, param: str, tokenizer: Any = None) -> None:
     from llguidance import LLMatcher
 
     try:
-        grammar = LLMatcher.grammar_from_json_schema(schema)
+        grammar = LLMatcher.grammar_from_json_schema(_guided(schema))
     except ValueError as exc:
         raise UnsupportedRequest(f"the JSON schema cannot be used: {exc}", param=param) from exc
     check(grammar, param, tokenizer)

@@ -197,6 +197,7 @@ class ResponseStream:
         if not self.output:
             events += self._open(message_item(new_id("msg"), "", "in_progress")) + self._close()
         body["output"] = self.output
-        # response.completed even when the cap cut the answer (status "incomplete"): the
-        # clients' stream helpers (the openai SDK's, Codex) wait for this event to end.
-        return events + [self._event("response.completed", response=body)]
+        # As OpenAI ends a stream: response.incomplete when the cap cut the answer (Codex
+        # says "Incomplete response returned, reason: max_output_tokens"), else completed.
+        name = "response.incomplete" if body.get("status") == "incomplete" else "response.completed"
+        return events + [self._event(name, response=body)]

@@ -144,7 +144,7 @@ WHY = {400: "The request is invalid; `param` names the field.", 401: "Missing or
        429: "The queue is full (see Retry-After).", 500: "The model failed (it is restarted).",
        503: "The model is loading or failed to load, or the server is stopping."}
 SSE = sse("with `stream`: "
-              "response.created ... response.completed")
+              "response.created ... response.completed (response.incomplete when cut by the cap)")
 
 
 def _errors(*statuses: int) -> dict[str, Any]:
