@@ -203,3 +203,60 @@ def test_cors_policy():
 def test_logit_bias_is_passed_on_as_token_ids():
     assert chat(logit_bias={"42": -100, "7": 2.5}).options.logit_bias == ((42, -100.0), (7, 2.5))
     assert chat().options.logit_bias == ()
+
+
+# -- strict schemas and sealed thoughts (issue 47) -----------------------------------------
+
+LOOSE = {"type": "object", "properties": {"n": {"type": "integer"}}}
+NESTED = {"type": "object", "additionalProperties": False,
+          "properties": {"inner": {"type": "object", "properties": {"k": {"type": "string"}}}}}
+
+
+def test_strict_schemas_need_additional_properties_false_on_every_object():
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": LOOSE, "strict": True}}
+    assert refusal(response_format=fmt).param == "response_format.json_schema.schema"
+    nested = {"type": "json_schema", "json_schema": {"name": "x", "schema": NESTED, "strict": True}}
+    err = refusal(response_format=nested)
+    assert err.param == "response_format.json_schema.schema.properties.inner", err.param
+    assert "additionalProperties" in err.message
+    tool = {"type": "function", "function": {"name": "f", "parameters": LOOSE, "strict": True}}
+    assert refusal(tools=[tool]).param == "tools[0].function.parameters"
+    # not strict: the same schemas are taken (and enforced as given)
+    assert chat(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": LOOSE}})
+    assert chat(tools=[{"type": "function", "function": {"name": "f", "parameters": LOOSE}}])
+
+
+def test_strict_in_the_responses_api_too():
+    from pocketchat.server.protocols.responses.requests import responses_request
+
+    with pytest.raises(ApiError) as err:
+        responses_request({"model": "m", "input": "hi", "text": {"format": {
+            "type": "json_schema", "name": "x", "schema": LOOSE, "strict": True}}})
+    assert err.value.status == 400 and err.value.param == "text.format.schema"
+    with pytest.raises(ApiError) as err:
+        responses_request({"model": "m", "input": "hi", "tools": [
+            {"type": "function", "name": "f", "parameters": LOOSE, "strict": True}]})
+    assert err.value.param == "tools[0].parameters"
+
+
+def test_a_changed_sealed_thought_is_refused_and_another_servers_is_left_out():
+    from pocketchat.server.protocols.anthropic.requests import parse_messages_request
+    from pocketchat.server.protocols.sealed import seal
+
+    def messages(signature: str) -> bytes:
+        return json.dumps({"model": "m", "max_tokens": 8, "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [{"type": "thinking", "thinking": "",
+                                               "signature": signature},
+                                              {"type": "text", "text": "Hello."}]},
+            {"role": "user", "content": "again"}]}).encode()
+
+    good = seal("I should greet them.")
+    kept = parse_messages_request(messages(good)).chat.messages
+    assert kept[1].reasoning == "I should greet them."
+    with pytest.raises(ApiError) as err:
+        parse_messages_request(messages(good[:-6] + "AAAAAA"))
+    assert err.value.status == 400 and err.value.param == "messages[1].content[0].signature"
+    assert "was changed" in err.value.message
+    other = parse_messages_request(messages("EqQBCkYIBxgCKkBvbm90aGVyIHNlcnZlcg==")).chat.messages
+    assert other[1].reasoning is None  # Anthropic's own signature: nothing to read, no error

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from support.scripted_engine import ScriptedEngine
-from support.uitools import SIZE, ready, run, wait_for
+from support.uitools import SIZE, ready, run, screen_text, wait_for
 from pocketchat.ui.app import create_app
 from pocketchat.ui.screens import LoadingScreen
 from pocketchat.ui.widgets import PromptInput
@@ -131,5 +131,27 @@ def test_the_palettes_screenshot_is_saved_and_says_where():
             await pilot.pause(0.1)
             notes = [str(n.message) for n in app._notifications]
             assert any("Screenshot saved: " + str(settings().screenshots_dir) in n for n in notes), notes
+
+    run(scenario())
+
+
+def test_ctrl_t_on_a_model_that_does_not_think_says_so():
+    """The key bar hides "Answer" for it; the key still answers, with why (issue 47)."""
+    from support.scripted_engine import Factory
+    from pocketchat.engines.types import EngineInfo
+
+    engine = ScriptedEngine(info=EngineInfo(backend="llama.cpp", model="M", placement="CPU, 2 threads",
+                                            n_ctx=4096, thinking=False))
+
+    async def scenario():
+        app = create_app(Factory(engine), memory_probe=lambda: 1)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            assert "^t Answer" not in screen_text(app)
+            await pilot.press("ctrl+t")
+            await wait_for(pilot, lambda: any("This model does not think" in str(n.message)
+                                              for n in app._notifications),  # noqa: SLF001
+                           what="the note that the model does not think")
+            assert engine.thoughts_ended == 0 and "Thinking budget" not in _commands(app)
 
     run(scenario())

@@ -166,6 +166,7 @@ def _serve(args: argparse.Namespace, choice, sock: socket.socket, api_key: str |
     from pocketchat import api
     from pocketchat.server.app import create_app
     from pocketchat.server.host import EngineHost
+    from pocketchat.server.thinking import ThinkDefault
     from pocketchat.textsafe import one_line
 
     port = sock.getsockname()[1]
@@ -187,11 +188,21 @@ def _serve(args: argparse.Namespace, choice, sock: socket.socket, api_key: str |
             info["meta"]["parallel"] = host.sequences  # fewer when the engine cannot batch this model
             if host.one_at_a_time and not host.restarts:
                 print(one_line(host.one_at_a_time), file=sys.stderr, flush=True)
-            print(one_line(f"{what}: {name} at {url} (Ctrl-C to stop)"), file=sys.stderr, flush=True)
+            print(one_line(f"{what}: {name} at {url}{thinks(host)} (Ctrl-C to stop)"),
+                  file=sys.stderr, flush=True)
         elif host.state == "error" and host.error is not None and not host.restarts:
             failed.append(host.error)  # the first load failed: nothing to serve
             if server is not None:
                 server.should_exit = True
+
+    def thinks(host: EngineHost) -> str:
+        """The thinking default, said once the model is known to think (never for one that
+        does not: no budget to claim)."""
+        engine = host.engine
+        if engine is None or engine.info.thinking is False:
+            return ""
+        on, budget = getattr(args, "thinking_default", (True, None))
+        return f"; {ThinkDefault(on, budget).describe()}"
 
     choice = with_parallel(choice, args.parallel)
     pace = args.stream_interval / 1000
@@ -201,15 +212,12 @@ def _serve(args: argparse.Namespace, choice, sock: socket.socket, api_key: str |
     info = {"max_model_len": choice.plan.n_ctx,
             "meta": {"backend": choice.plan.backend, "placement": choice.plan.describe(),
                      "n_ctx": choice.plan.n_ctx, "parallel": host.sequences}}
-    from pocketchat.server.thinking import ThinkDefault
-
     on, budget = getattr(args, "thinking_default", (True, None))
     app = create_app(host, model_id=name, aliases=aliases, api_key=api_key,
                      loopback_only=loopback, model_info=info, cors_origins=args.cors_origin,
                      thinking=ThinkDefault(on, budget),
                      access_log=lambda text: print(text, file=sys.stderr, flush=True))
     together = f", {host.sequences} answers at once" if host.sequences > 1 else ""
-    together += f"; {ThinkDefault(on, budget).describe()}"
     print(one_line(f"loading {choice.label} ({choice.plan.describe()}{together}); listening on {url}"
                    + ("" if loopback else " (API key required)")), file=sys.stderr, flush=True)
     # No colours: uvicorn decides them from stdout, while its lines go to stderr (a file, maybe).

@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Callable
 
-from textual import work
+from textual import events, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
@@ -25,15 +25,8 @@ from pocketchat.engines.types import ChatOptions, Engine, EngineInfo
 from pocketchat.ui import enginewatch
 from pocketchat.ui.chat import RESTART_HINT, Chat, answer_now
 from pocketchat.ui.format import describe_error
-from pocketchat.ui.messages import (
-    EngineFailed,
-    EngineLost,
-    EngineReady,
-    LoadProgress,
-    StartupNote,
-    StartupProgress,
-    StartupStatus,
-)
+from pocketchat.ui.messages import (EngineFailed, EngineLost, EngineReady, LoadProgress,
+                                    StartupNote, StartupProgress, StartupStatus)
 from pocketchat.ui.palette import ChatCommands
 from pocketchat.ui.priority import lower_ui_priority
 from pocketchat.ui.screens import DownloadScreen, InfoScreen, LoadingScreen
@@ -250,6 +243,10 @@ class ChatApp(App[int]):
     # -- actions ---------------------------------------------------------------------------
     def action_answer_now(self) -> None:  # Ctrl+T: the thought ends; the answer follows
         answer_now(self.chat)
+
+    def on_key(self, event: events.Key) -> None:
+        if event.key == "ctrl+t" and not self.check_action("answer_now", ()):
+            answer_now(self.chat)  # hidden: it says why there is no thought to end
 
     def action_stop(self) -> None:
         """Esc: closes the keys panel when it is open, else stops the answer."""

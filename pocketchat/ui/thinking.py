@@ -78,9 +78,16 @@ def in_thought(chat: Chat) -> bool:
 
 
 def answer_now(chat: Chat) -> None:
-    """Ctrl+T: end the thought of the answer in flight now; the answer follows."""
+    """Ctrl+T: end the thought of the answer in flight now; the answer follows (or say why
+    there is no thought to end: a model that does not think, thinking off, nothing written)."""
     from pocketchat.ui.widgets import StatusBar
 
+    if getattr(chat.info, "thinking", None) is False:
+        chat.notify("This model does not think: there is no thought for Ctrl+T to end.")
+        return
+    if not chat.thinking:
+        chat.notify("Thinking is off: Ctrl+T ends a thought (Ctrl+P turns thinking on).")
+        return
     if chat.stream is None:
         chat.notify("No answer is being written.", severity="warning")
         return
