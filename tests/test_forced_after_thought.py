@@ -98,3 +98,12 @@ def test_the_model_ends_the_thought_itself_and_the_call_follows(session):
                           max_tokens=300, options=options)
     one_call(result)
     assert result.stats.thinking_end == "model"
+
+
+def test_a_prefilled_answer_goes_on_with_the_real_template(session):
+    """A trailing assistant message is continued (rendered with the template, the answer's
+    text after it), here past a closed thought, as a prefill with this template writes it."""
+    result = session.chat([*ASK, {"role": "assistant", "content": "Sure: "}], thinking=False,
+                          max_tokens=8, seed=8)
+    assert result.finish_reason in ("stop", "length") and result.stats.prompt_length > 0
+    assert result.stats.generated_tokens > 0

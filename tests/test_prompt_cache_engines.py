@@ -125,10 +125,20 @@ def test_mlx():
 def test_hybrid_with_answers_that_are_all_reasoning(tiny_qwen35):
     """Thinking on: the tiny model never closes its reasoning, so no answer is settled; each
     conversation is parked at its newest checkpoint (the end of its last user message)."""
+    all_reasoning(tiny_qwen35)
+
+
+def test_answers_that_are_all_reasoning_with_the_real_templates(real_qwen):
+    """The same with Qwen3.5/3.6's own templates (an earlier turn's reasoning is rendered
+    only after the last user query there)."""
+    all_reasoning(real_qwen)
+
+
+def all_reasoning(model) -> None:
     thinking = ChatOptions(temperature=0, max_tokens=6, ignore_eos=True, thinking=True)
     results = []
     for budget in (BUDGET, 0):
-        engine = qwen35(tiny_qwen35, budget)
+        engine = qwen35(model, budget)
         try:
             results.append(take_turns(engine, options=thinking))
         finally:

@@ -208,3 +208,18 @@ def test_conversations_that_share_a_system_prompt_share_its_state(gguf, tmp_path
     system_tokens = len(SHARED_SYSTEM.encode())
     assert got[0][1] == 0
     assert all(cached >= system_tokens for _, cached in got[1:]), got
+
+
+def test_a_forced_call_cut_by_max_tokens_leaves_no_empty_text_block(server):
+    """Anthropic refuses an empty text block in a turn sent back; the cut call gives none."""
+    anthropic = pytest.importorskip("anthropic")
+    client = anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=300)
+    ask = dict(model="pocket", max_tokens=12, messages=ASK, tool_choice={"type": "any"},
+               tools=[{"name": "lights", "input_schema": LIGHTS["function"]["parameters"]}])
+    r = client.messages.create(**ask)
+    assert r.stop_reason == "max_tokens"
+    assert not [b for b in r.content if b.type == "text" and not b.text], r.content
+    with client.messages.stream(**ask) as stream:
+        final = stream.get_final_message()
+    assert final.stop_reason == "max_tokens"
+    assert not [b for b in final.content if b.type == "text" and not b.text], final.content

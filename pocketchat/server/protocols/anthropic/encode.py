@@ -84,7 +84,7 @@ def message_body(mid: str, model: str, text: str, thought: str, calls: list[Tool
     content: list[dict[str, Any]] = []
     if thought:
         content.append(thinking_block(thought, show_thinking))
-    if text or not calls:
+    if text:  # never an empty text block: Anthropic refuses one sent back in the next turn
         content.append({"type": "text", "text": text})
     content += [tool_use_block(c) for c in calls]
     reason, sequence = stop_reason(finish, matched)
@@ -154,8 +154,7 @@ class MessageStream:
         return events
 
     def finish(self, stats: Stats, finish: str | None, matched: str | None) -> list[Event]:
-        events = [] if self.index >= 0 else self._open({"type": "text", "text": ""})
-        events += self._close()
+        events = self._close()  # no block at all (a call cut by max_tokens): none, not an empty one
         reason, sequence = stop_reason(finish, matched)
         events.append(("message_delta", {"type": "message_delta",
                                          "delta": {"stop_reason": reason, "stop_sequence": sequence},
