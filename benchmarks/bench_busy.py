@@ -112,7 +112,6 @@ def pocketchat_part(plan, path: Path, name: str, tokens: int, limit: float) -> d
 def stop_part(engine, full: int, limit: float) -> dict:
     """A busy process starts mid-answer and stops once the count went down: seconds until the
     count is back at `full` (from the stop), and the recent tok/s shown along the way."""
-    import threading
 
     from pocketchat.engines.types import ChatOptions, Message
 

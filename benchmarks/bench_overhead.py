@@ -81,12 +81,12 @@ class Series:
 
     def row(self) -> str:
         med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
-        ratios = [r.tok_s / b.tok_s for r, b in zip(self.runs, self.bare)]
+        ratios = [r.tok_s / b.tok_s for r, b in zip(self.runs, self.bare, strict=False)]
         shown = [r.shown for r in self.runs if r.shown]
         shown_s = f"{med(shown):7.1f}" if shown else f"{'-':>7}"
         return (f"{self.path:<8} {med([r.tok_s for r in self.runs]):7.1f} "
                 f"{med([b.tok_s for b in self.bare]):7.1f} {med(ratios):6.3f} "
-                f"{_num(med([(1 / r.tok_s - 1 / b.tok_s) * 1e6 for r, b in zip(self.runs, self.bare)]), '+'):>7} "
+                f"{_num(med([(1 / r.tok_s - 1 / b.tok_s) * 1e6 for r, b in zip(self.runs, self.bare, strict=False)]), '+'):>7} "
                 f"{_num(_decode_us(self.runs)):>7} {_num(_decode_us(self.bare)):>7} "
                 f"{_num(_py_us(self.runs)):>6} {_num(_py_us(self.bare)):>6} {shown_s} "
                 f"{_num(_host_us(self.runs)):>5}  "

@@ -177,7 +177,7 @@ def table(rows: list[dict]) -> str:
              _ms(r["floor_s"]), str(r["llama_cpp_evaluated"] or "-"), _ms(r["llama_cpp_ttft_s"])]
             for r in rows]
     widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
-    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=False)) + " |"  # noqa: E731
     return "\n".join([line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|",
                       *(line(b) for b in body)])
 

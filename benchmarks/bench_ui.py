@@ -184,7 +184,7 @@ def main() -> int:
     print(f"shown in the app     : {s:7.1f} tok/s  (runs: {', '.join(f'{x:.1f}' for x in shown)})")
     print(f"engine's own figure  : {statistics.median(engine_said):7.1f} tok/s  (the same answers, as saved)")
     print(f"ratio app / headless : {s / h:7.3f}  (of the medians; goal >= 0.95)")
-    paired = statistics.median(x / y for x, y in zip(shown, base))
+    paired = statistics.median(x / y for x, y in zip(shown, base, strict=False))
     print(f"paired               : {paired:7.3f}  (median of each round's app / headless)")
     if bench:
         print(f"ratio app / bench    : {s / bench:7.3f}")

@@ -107,8 +107,8 @@ class Series:
     def row(self, label: str) -> str:
         b, a = statistics.median(self.bench), statistics.median(self.app)
         ms = statistics.median(self.cpu_per_token) * 1000
-        runs = " ".join(f"{x:.0f}/{y:.0f}" for x, y in zip(self.app, self.bench))
-        paired = statistics.median(x / y for x, y in zip(self.app, self.bench))
+        runs = " ".join(f"{x:.0f}/{y:.0f}" for x, y in zip(self.app, self.bench, strict=False))
+        paired = statistics.median(x / y for x, y in zip(self.app, self.bench, strict=False))
         return (f"{label:<28} {b:7.1f} {a:7.1f} {a / b:7.3f} {paired:7.3f} {ms:9.2f}"
                 f"   app/bench per run: {runs}")
 

@@ -237,7 +237,7 @@ class LoadPlan:
     def describe(self) -> str:
         if self.rpc_servers:
             here = max(self.n_layers - sum(self.rpc_layers), 0)
-            parts = [f"{n} on {ep}" for ep, n in zip(self.rpc_servers, self.rpc_layers)]
+            parts = [f"{n} on {ep}" for ep, n in zip(self.rpc_servers, self.rpc_layers, strict=False)]
             return f"{here} layers here + " + " + ".join(parts) + f", {_threads(self.n_threads)}"
         if self.placement == "gpu":
             return "GPU, all layers"

@@ -15,7 +15,6 @@ import pocketchat
 from pocketchat import api
 from pocketchat.errors import DownloadDeclined
 from pocketchat.store.types import DownloadPlan, DownloadProgress
-from support.hubserver import HubFile
 from support.tinyqwen35 import tiny_qwen35moe  # noqa: F401 - a fixture
 
 REPO = "tester/Tiny-Q35-GGUF"

@@ -71,7 +71,7 @@ def test_bench_turns_rows_show_the_reuse(tmp_path, thinking):
     for x in rows:
         assert x["prompt_tokens"] == x["reused_tokens"] + x["evaluated_tokens"]
         assert x["ttft_s"] > 0
-    for before, x in zip(rows, rows[1:]):  # from turn 2: the new message and a little more
+    for before, x in zip(rows, rows[1:], strict=False):  # from turn 2: the new message and a little more
         assert x["evaluated_tokens"] <= x["prompt_tokens"] - before["prompt_tokens"] + 16
         assert x["reused_tokens"] >= before["prompt_tokens"] - 16
 
@@ -92,7 +92,7 @@ def test_bench_turns_preserve_thinking_extends_the_state(tmp_path, thinking):
     without, with_ = data["results"], data["results_preserve_thinking"]
     assert [x["test"] for x in with_] == [x["test"] for x in without] == ["turn1", "turn2", "turn3"]
     boundary = 20  # "\n</think>\n\n" (bytes here), end of turn, the next user header
-    for before, x, plain in zip(with_, with_[1:], without[1:]):
+    for before, x, plain in zip(with_, with_[1:], without[1:], strict=False):
         kept = x["reused_tokens"] - x["prepared_tokens"]
         assert kept > before["prompt_tokens"]  # the previous prompt and answer, all kept
         assert x["prepared_tokens"] <= boundary

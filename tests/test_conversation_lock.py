@@ -162,7 +162,7 @@ def _answered(text: str) -> bool:
             messages = json.loads(path.read_text())["messages"]
         except (OSError, ValueError):
             continue  # being replaced
-        for asked, answer in zip(messages, messages[1:]):
+        for asked, answer in zip(messages, messages[1:], strict=False):
             if asked["content"] == text and answer["role"] == "assistant" \
                     and not answer["interrupted"]:
                 return True

@@ -196,7 +196,7 @@ def speculative_sequences(n: int, rng: np.random.Generator, draft_of, rule=accep
             context = [prev] + draft
 
             def sample_at(i: int) -> int:
-                return int(rng.choice(5, p=P[context[i]]))
+                return int(rng.choice(5, p=P[context[i]]))  # noqa: B023 - used at once
 
             seq.extend(rule(draft, sample_at).tokens)
         out.append(tuple(seq[:LENGTH]))
@@ -442,9 +442,9 @@ def test_a_noisy_figure_never_makes_a_draft_cheaper_than_a_plain_step():
         learner.add(0, 2e-6)
         learner.add(3, 1e-6)  # faster than a plain step: noise
     curve = learner.curve()
-    assert all(b > a for a, b in zip(curve.seconds, curve.seconds[1:]))
+    assert all(b > a for a, b in zip(curve.seconds, curve.seconds[1:], strict=False))
     policy = DraftPolicy(learner, k_max=4)
-    for step in range(40):
+    for step in range(40):  # noqa: B007 - said below
         policy.record(3, 0, 1e-6)  # nothing ever accepted
         if not policy.enabled:
             break

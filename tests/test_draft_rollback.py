@@ -167,7 +167,7 @@ def test_a_batch_gives_the_logits_of_one_token_decodes_with_flash_attention(star
             seq.decode(part, all_logits=True)
             batched += [seq.logits(j).copy() for j in range(len(part))]
         assert len(batched) == len(single)
-        assert max(float(np.abs(a - b).max()) for a, b in zip(single, batched)) == 0.0
+        assert max(float(np.abs(a - b).max()) for a, b in zip(single, batched, strict=False)) == 0.0
     finally:
         seq.close()
         llm.close()
@@ -214,7 +214,7 @@ def test_verify_on_the_starters_real_logits_keeps_the_sampled_distribution(start
             smpl = _sampler(lib, 200 + j)
             spec = []
             for _ in range(n):
-                v = accept([d0], lambda i: lib.llama_sampler_sample(smpl, seq.ctx, i))
+                v = accept([d0], lambda i: lib.llama_sampler_sample(smpl, seq.ctx, i))  # noqa: B023
                 spec.append((v.tokens[0], v.tokens[1] if v.accepted else None))
             lib.llama_sampler_free(smpl)
             assert 0.05 < first.count(d0) / n < 0.95, "pick a text whose first token is uncertain"

@@ -41,7 +41,7 @@ def recommend(name: str, lang: str = "en", **kw):
     return fit.plan(load_profile(PROFILES / f"{name}.json"), catalog.builds(), lang=lang, **kw)
 
 
-@pytest.mark.parametrize("machine,lang,build,placement", CASES, ids=[f"{m}-{l}" for m, l, *_ in CASES])
+@pytest.mark.parametrize("machine,lang,build,placement", CASES, ids=[f"{m}-{lang}" for m, lang, *_ in CASES])
 def test_recommendation_table(machine, lang, build, placement):
     rec = recommend(machine, lang)
     assert rec.recommended is not None, [c.reason for c in rec.candidates]

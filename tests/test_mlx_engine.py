@@ -7,7 +7,6 @@ the prompt, the context limit, thinking, the folder checks, the Metal budget, a 
 
 from __future__ import annotations
 
-import importlib
 import json
 import subprocess
 import sys

@@ -11,7 +11,7 @@ import pytest
 
 from pocketchat import cli, conversations, paths
 from pocketchat.commands import prompt_input
-from pocketchat.commands.prompt_input import combine, piped, question
+from pocketchat.commands.prompt_input import combine, piped
 
 
 # -- -p offline with nothing on disk ---------------------------------------------------------
@@ -33,7 +33,7 @@ def test_the_first_dash_p_offline_with_nothing_on_disk_mentions_the_starter(monk
 def test_continue_after_the_chats_model_was_removed_names_it(tmp_path):
     """The real chat, offline: the chat's model file is gone, so the starter is taken (--yes),
     and the chat says which model it was held with."""
-    from support.uitools import SIZE, ready, run, screen_text, wait_for
+    from support.uitools import ready, run, screen_text, wait_for
     from pocketchat.commands import chat
     from pocketchat.choose.selection import Selection
     from pocketchat.ui.app import create_app

@@ -3,7 +3,6 @@ at a time, a cancelled or disconnected answer frees its sequence, /health shows 
 
 from __future__ import annotations
 
-import dataclasses
 import random
 import threading
 import time
@@ -97,7 +96,7 @@ def test_a_cancelled_sequence_leaves_the_batch_and_frees_its_slot(starter_gguf):
         ends = [c.finish_reason for c in first]
         assert ends[-1] == "cancelled"
         assert slots.busy == 1
-        text, n = "", 0
+        n = 0
         for chunk in second:  # the other answer goes on alone to its cap
             n = chunk.stats.generated_tokens
         assert n == 64 and slots.busy == 0

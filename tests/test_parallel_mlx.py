@@ -146,9 +146,9 @@ def test_the_next_turn_after_a_batched_answer_evaluates_only_the_new_message(hyb
         turn1 = _together(slots, firsts)
         assert root._batch.max_rows == 2
         follows = [[*c, Message("assistant", t[0]), Message("user", "And then?")]
-                   for c, t in zip(firsts, turn1)]
+                   for c, t in zip(firsts, turn1, strict=False)]
         turn2 = _together(slots, follows)
-        for follow, first, (text, n, final) in zip(follows, firsts, turn2):
+        for follow, first, (_text, _n, final) in zip(follows, firsts, turn2, strict=False):
             whole = root._encode(root.render(follow, GREEDY.thinking, options=GREEDY))
             held = root.history_tokens((*first, follow[1]), GREEDY.thinking, GREEDY)
             kept = common_prefix(held, whole)

@@ -59,7 +59,7 @@ def test_two_16gb_machines_get_q4_with_the_split_stated():
     here, there = p.split.layers
     assert here + there == pool.POCKET_LAYERS and here > 10 and there > 10
     # each machine within its budget
-    assert all(m <= b for m, b in zip(p.split.memory, p.split.budgets))
+    assert all(m <= b for m, b in zip(p.split.memory, p.split.budgets, strict=False))
     assert p.plan.rpc_servers == ("10.0.0.16:50052",) and p.plan.rpc_layers == (there,)
     assert p.plan.n_gpu_layers == there + 1  # the output layer goes with the last helper
     text = pool.format_advice(adv)

@@ -4,7 +4,6 @@ and the fit at the smallest context. A refusal costs a few MB of transfer, not t
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import numpy as np

@@ -84,7 +84,7 @@ def check(make, budget: int = BUDGET):
         on.close()
         off.close()
     assert [t for t, _, _ in cached] == [t for t, _, _ in plain]  # same answers, token for token
-    for text, stats, new in cached[2:]:
+    for _, stats, new in cached[2:]:
         assert stats.evaluated_tokens <= new + SLACK, stats
         assert stats.reused_tokens == stats.prompt_length - stats.evaluated_tokens
     assert sum(s.evaluated_tokens for _, s, _ in cached[2:]) < sum(

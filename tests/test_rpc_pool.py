@@ -153,7 +153,7 @@ def test_killing_the_helper_mid_answer_ends_it_clearly(server, starter_gguf):
     seen = 0
     try:
         with pytest.raises(HelperGone) as err:
-            for chunk in engine.chat(messages, ChatOptions(max_tokens=2000, ignore_eos=True)):
+            for _chunk in engine.chat(messages, ChatOptions(max_tokens=2000, ignore_eos=True)):
                 seen += 1
                 if seen == 3:
                     killed = time.monotonic()

@@ -87,12 +87,12 @@ def test_logprobs_have_the_legacy_shape(client, model):
     lp = r.choices[0].logprobs
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == 10
     assert "".join(lp.tokens) == r.choices[0].text
-    for token, logprob, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+    for token, logprob, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, strict=False):
         assert isinstance(top, dict) and len(top) == 3
         assert logprob <= 0 and math.isclose(logprob, max(top.values()), abs_tol=1e-4)  # greedy
         assert token in top
     assert lp.text_offset[0] == 0
-    assert all(b - a == len(t) for a, b, t in zip(lp.text_offset, lp.text_offset[1:], lp.tokens))
+    assert all(b - a == len(t) for a, b, t in zip(lp.text_offset, lp.text_offset[1:], lp.tokens, strict=False))
     echoed = client.completions.create(model=model, prompt=PROMPT, max_tokens=4, logprobs=0,
                                        echo=True, **GREEDY).choices[0]
     assert echoed.logprobs.text_offset[0] == len(PROMPT)  # offsets into the text returned

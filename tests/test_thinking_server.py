@@ -9,9 +9,7 @@ budget is the engine's own tests' concern."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import json
 import socket
 import threading
 import time

@@ -143,8 +143,8 @@ def test_while_the_program_stays_busy_probes_are_rare_and_short():
     steps = run(p, m, 60.0, blind=True)  # no load figure: it must probe to find out
     probes = [t for t, n, _ in steps if n == 2 and t > 2.0]
     assert 1 <= len(probes) <= 8  # a few one-step probes in a minute
-    gaps = [b - a for a, b in zip(probes, probes[1:])]
-    assert all(b > a - 1e-6 for a, b in zip(gaps, gaps[1:]))  # their wait doubles ...
+    gaps = [b - a for a, b in zip(probes, probes[1:], strict=False)]
+    assert all(b > a - 1e-6 for a, b in zip(gaps, gaps[1:], strict=False))  # their wait doubles ...
     assert gaps[-1] <= 16.0 + 2.0  # ... up to 16 s
     assert tok_s(steps, 1.0) >= 0.7 / BUSY[1]  # blind: each probe costs a collapsed step
     assert p.current == 1

@@ -6,10 +6,8 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from support.scripted_engine import Factory, Reply, ScriptedEngine
 from support.uitools import SIZE, answered, make, ready, run, screen_text, send, status_text, wait_for
-from pocketchat import cli, conversations
+from pocketchat import cli
 from pocketchat.conversations import Conversation
 from pocketchat.ui.app import create_app
 from pocketchat.ui.screens import InfoScreen, SystemPromptScreen

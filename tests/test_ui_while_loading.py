@@ -60,7 +60,7 @@ def test_thinking_on_off_is_offered_only_for_a_model_that_thinks():
         engine = ScriptedEngine(info=EngineInfo(backend="llama.cpp", model="M", placement="CPU, 2 threads",
                                                 n_ctx=4096, thinking=thinks))
 
-        async def scenario():
+        async def scenario(engine=engine, offered=offered):
             app = create_app(Factory(engine), memory_probe=lambda: 1)
             async with app.run_test(size=SIZE) as pilot:
                 await ready(pilot)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import asdict
-from pathlib import Path
 
 from pocketchat.choose.selection import Selection, add_selection_args
 from pocketchat.textsafe import visible
@@ -126,7 +125,7 @@ def format_report(d: dict) -> str:
               "file-backed = total; placement: the fastest that fits here)",
               "  " + "  ".join(h.rjust(w) for h, w in zip(
                   ("n_ctx", "weights", "KV", "state", "ckpts", "compute", "runtime", "total", "anonymous",
-                   "file", "placement"), widths))]
+                   "file", "placement"), widths, strict=False))]
     for r in d["memory"]:
         place = r["placement"] or "does not fit"
         if r["placement"] == "gpu+cpu-experts" and r["n_cpu_moe"]:
@@ -134,7 +133,7 @@ def format_report(d: dict) -> str:
         lines.append("  " + "  ".join(c.rjust(w) for c, w in zip(
             (str(r["n_ctx"]), fmt_gb(r["weights"]), fmt_gb(r["kv_cache"]), fmt_gb(r["state"]),
              fmt_gb(r["checkpoints"]), fmt_gb(r["compute"]), fmt_gb(r["overhead"]), fmt_gb(r["total"]),
-             fmt_gb(r["anonymous"]), fmt_gb(r["mapped"]), place), widths)))
+             fmt_gb(r["anonymous"]), fmt_gb(r["mapped"]), place), widths, strict=False)))
     if d["memory"]:
         lines += _memory_notes(d["memory"][0], f["embedding_bytes"])
     lines += ["", f"  on this machine: {d['verdict']}"]

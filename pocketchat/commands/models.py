@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     if rows:
         widths = [max(len(r[i]) for r in rows + [("MODEL", "SIZE", "CHECKSUM", "PATH")]) for i in range(3)]
         for r in [("MODEL", "SIZE", "CHECKSUM", "PATH"), *rows]:
-            print(visible("  ".join(c.ljust(w) for c, w in zip(r[:3], widths)) + "  " + r[3]))
+            print(visible("  ".join(c.ljust(w) for c, w in zip(r[:3], widths, strict=False)) + "  " + r[3]))
     for i in partials:
         size = i["size"] or 0
         pct = f"{100 * i['bytes_done'] / size:.0f}%" if size else "?"

@@ -29,11 +29,10 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
 from pocketchat.errors import EngineClosed, EngineError
-from pocketchat.engines.types import ChatOptions, Chunk, EngineInfo, Message
 
 CHUNK_TOKENS = 64  # prompt tokens a step carries while other sequences decode
 WAIT_SECONDS = 0.02  # how long a step waits for a member that has not submitted yet

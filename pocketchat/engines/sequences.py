@@ -109,7 +109,7 @@ class Sequences:
     def _shared(self, k: int, messages: tuple[Any, ...]) -> int:
         """The leading messages sequence `k`'s last conversation shares with `messages`."""
         n = 0
-        for a, b in zip(self._last.get(k, ()), messages):
+        for a, b in zip(self._last.get(k, ()), messages, strict=False):
             if a != b:
                 break
             n += 1

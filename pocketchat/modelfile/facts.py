@@ -98,7 +98,7 @@ class ModelFacts:
         With `swa_full=False` and an `n_ctx`, sliding-window layers hold only their window.
         """
         per = 0.0
-        for layer, heads in zip(self.kv_layers, self.kv_heads):
+        for layer, heads in zip(self.kv_layers, self.kv_heads, strict=False):
             width = heads * (self.key_length + self.value_length) * elem_bytes
             if not swa_full and n_ctx and self.sliding_window and layer in self.swa_layers:
                 width *= min(1.0, self.sliding_window / n_ctx)

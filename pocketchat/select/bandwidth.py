@@ -33,7 +33,7 @@ def measure_gbps(buffer_bytes: int = BUFFER_BYTES, rounds: int = ROUNDS, threads
     part = max(buffer_bytes // threads, MIN_PART_BYTES) // 8
     srcs = [np.ones(part, dtype=np.float64) for _ in range(threads)]
     dsts = [np.empty_like(src) for src in srcs]
-    for src, dst in zip(srcs, dsts):
+    for src, dst in zip(srcs, dsts, strict=False):
         np.copyto(dst, src)  # touch the pages before timing
     best = float("inf")
     for _ in range(rounds):
@@ -44,7 +44,7 @@ def measure_gbps(buffer_bytes: int = BUFFER_BYTES, rounds: int = ROUNDS, threads
             start = threading.Barrier(threads + 1)
 
             def copy(i: int) -> None:
-                start.wait()
+                start.wait()  # noqa: B023 - joined before the next round
                 np.copyto(dsts[i], srcs[i])
 
             workers = [threading.Thread(target=copy, args=(i,)) for i in range(threads)]

@@ -184,7 +184,7 @@ def make_plan(build: Build, fit: Fit, step: Step | int, budget: Budget | Hardwar
                                                                taken=plan.prompt_cache_bytes))
     # Pooled: the helpers hold the last layers on their RPC devices (the output layer goes along).
     n_layers = sum(fit.split.layers)
-    used = [(h.endpoint, k) for h, k in zip(budget.helpers, fit.split.helper_layers) if k > 0]
+    used = [(h.endpoint, k) for h, k in zip(budget.helpers, fit.split.helper_layers, strict=False) if k > 0]
     if not used:
         return replace(plan, n_layers=n_layers)
     return replace(plan, placement="cpu", n_gpu_layers=sum(k for _, k in used) + 1, cpu_moe=False,

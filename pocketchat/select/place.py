@@ -133,7 +133,7 @@ def split_layers(need: est.MemoryNeed, n_layers: int, budgets: Sequence[int]) ->
     """
     per_layer = (need.weights + need.kv_cache + need.state + need.snapshots) / max(n_layers, 1)
     fixed = [need.compute + need.host] + [need.compute] * (len(budgets) - 1)
-    caps = [max(int((b - f) // per_layer), 0) if per_layer else n_layers for b, f in zip(budgets, fixed)]
+    caps = [max(int((b - f) // per_layer), 0) if per_layer else n_layers for b, f in zip(budgets, fixed, strict=False)]
     total_cap = sum(caps)
     if total_cap == 0:
         layers = [n_layers] + [0] * (len(budgets) - 1)
@@ -143,8 +143,8 @@ def split_layers(need: est.MemoryNeed, n_layers: int, budgets: Sequence[int]) ->
         by_rest = sorted(range(len(share)), key=lambda i: share[i] - layers[i], reverse=True)
         for i in by_rest[: n_layers - sum(layers)]:
             layers[i] += 1
-    memory = [int(n * per_layer) + f for n, f in zip(layers, fixed)]
-    fits = total_cap >= n_layers and all(m <= b for m, b in zip(memory, budgets))
+    memory = [int(n * per_layer) + f for n, f in zip(layers, fixed, strict=False)]
+    fits = total_cap >= n_layers and all(m <= b for m, b in zip(memory, budgets, strict=False))
     return Split(tuple(layers), tuple(memory), tuple(budgets), fits)
 
 

@@ -94,7 +94,7 @@ def _where(c: Candidate, helpers: Sequence[Helper]) -> str:
     if s is None:
         return "-"
     parts = [f"{s.layers[0]} layers here ({fmt_gb(s.memory[0])})"]
-    for h, n, m in zip(helpers, s.helper_layers, s.memory[1:]):
+    for h, n, m in zip(helpers, s.helper_layers, s.memory[1:], strict=False):
         parts.append(f"{n} on {h.endpoint} ({fmt_gb(m)})")
     return ", ".join(parts)
 

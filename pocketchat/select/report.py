@@ -102,7 +102,7 @@ def format_recommendation(rec: Recommendation) -> str:
     indent = sum(widths) + 2 * len(widths)
     for row in rows:
         reason = textwrap.wrap(row[-1], max(TABLE_WIDTH - indent, 30)) or [""]
-        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + reason[0])
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + "  " + reason[0])
         lines += [" " * indent + more for more in reason[1:]]
     lines.append("")
     if rec.hardware.memory_bandwidth_gbps:

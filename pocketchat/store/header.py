@@ -171,7 +171,7 @@ def remote_facts(rm: ResolvedModel, *, min_file_bytes: int = CHECK_MIN_FILE_BYTE
             progress(len(data), want)
         if want > len(data):
             data += read_range(loc, len(data), want, options, relocate, deadline=deadline,
-                               on_bytes=lambda n, base=len(data): heard(n, base))
+                               on_bytes=lambda n, base=len(data): heard(n, base))  # noqa: B008 - bound now
         try:
             info = read_header(data, f.path, size)
             break

@@ -28,7 +28,7 @@ from pocketchat.ui.messages import EngineLost
 from pocketchat.ui.holding import Holding
 from pocketchat.ui.screens import ConversationsScreen, SystemPromptScreen
 from pocketchat.ui.streaming import AnswerStream, RenderPacer, StreamUpdate
-from pocketchat.ui.thinking import answer_now, budget_of, saved_figures
+from pocketchat.ui.thinking import budget_of, saved_figures
 from pocketchat.ui.widgets import (
     AnswerView,
     ChatLog,
@@ -138,7 +138,7 @@ class Chat(Vertical):
             await log.mount(Welcome())
         else:
             await log.mount_all(widgets)
-            for view, message in zip(log.query(AnswerView).results(AnswerView), answers):
+            for view, message in zip(log.query(AnswerView).results(AnswerView), answers, strict=False):
                 view.set_figures(figures_line(message.stats), message.interrupted)
         log.scroll_end(animate=False)
         bar = self.query_one(StatusBar)  # the context the saved chat filled, not 0

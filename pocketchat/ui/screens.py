@@ -24,7 +24,6 @@ from textual.widgets import (
 from textual.widgets.option_list import Option
 
 from pocketchat.conversations import Conversation
-from pocketchat.select.thinking import Think
 from pocketchat.textsafe import one_line, pasted, visible
 from pocketchat.ui.format import human_bytes, human_duration, meter
 from pocketchat.ui.widgets import PromptInput

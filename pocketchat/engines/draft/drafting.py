@@ -249,4 +249,4 @@ def verify(engine: Any, tokens: Sequence[int], drafts: Sequence[int]) -> list[tu
     if keep < len(engine.cache.tokens):
         engine._meter.fed -= len(engine.cache.tokens) - keep  # rejected: never part of the answer
         engine._roll_back(keep)
-    return list(zip(verdict.tokens, logprobs))
+    return list(zip(verdict.tokens, logprobs, strict=False))

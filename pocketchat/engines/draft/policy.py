@@ -220,7 +220,7 @@ class Acceptance:
 def agreed(proposed: Sequence[int], actual: Sequence[int]) -> int:
     """How many leading tokens of a draft the tokens that came next confirm."""
     n = 0
-    for p, a in zip(proposed, actual):
+    for p, a in zip(proposed, actual, strict=False):
         if p != a:
             break
         n += 1

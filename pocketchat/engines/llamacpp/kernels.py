@@ -197,7 +197,7 @@ def summarize(rounds: list[list[tuple]], plain: list[float], shape: Qwen35Shape)
     n = min(len(r) for r in rounds)
     best = [min(r[i][5] for r in rounds) for i in range(n)]
     nodes = rounds[0][:n]
-    noop = [s for (op, *_), s in zip(nodes, best) if op in NOOP_OPS]
+    noop = [s for (op, *_), s in zip(nodes, best, strict=False) if op in NOOP_OPS]
     dispatch = statistics.median(noop) if noop else 0.0  # a node that computes nothing
     moved: dict[tuple[str, str], list[float]] = {}
     kinds = {"recurrent": [0, 0.0], "attention": [0, 0.0]}  # layers, seconds outside products
@@ -205,7 +205,7 @@ def summarize(rounds: list[list[tuple]], plain: list[float], shape: Qwen35Shape)
         kinds["attention" if shape.is_full_attention(i) else "recurrent"][0] += 1
     products = 0.0
     layer: int | None = None
-    for (op, name, wtype, nbytes, weight, _), s in zip(nodes, best):
+    for (op, name, wtype, nbytes, weight, _), s in zip(nodes, best, strict=False):
         s = max(s - dispatch, 0.0)
         # graph order is layer by layer: an unnamed node belongs to the layer before it
         named = _layer_of(name)

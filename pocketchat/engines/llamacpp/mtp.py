@@ -171,7 +171,7 @@ class MtpHead:
         """Fill the head's KV anew from the kept positions that end at `pos0` - 1."""
         entries = [e for e in self._ring if e[0] < pos0]
         if not entries or entries[-1][0] != pos0 - 1 or any(
-                b[0] != a[0] + 1 for a, b in zip(entries, entries[1:])):
+                b[0] != a[0] + 1 for a, b in zip(entries, entries[1:], strict=False)):
             return False
         lib = self._lib
         lib.llama_memory_seq_rm(self._mem, 0, -1, -1)

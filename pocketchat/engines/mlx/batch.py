@@ -171,7 +171,7 @@ class MlxBatch:
             self._join(newcomers)
         at = {id(s): i for i, s in enumerate(self.rows)}
         inputs = [0] * len(self.rows)
-        for state, token in zip(states, tokens):
+        for state, token in zip(states, tokens, strict=False):
             inputs[at[id(state)]] = int(token)
         try:
             logits = self._model(mx.array(inputs)[:, None], cache=self._layers)[:, -1, :]
@@ -189,9 +189,9 @@ class MlxBatch:
         import mlx.core as mx
 
         caches = [s.lend(self) for s in states]
-        merged = [type(group[0]).merge(list(group)) for group in zip(*caches)]
+        merged = [type(group[0]).merge(list(group)) for group in zip(*caches, strict=False)]
         if self.rows:
-            for mine, more in zip(self._layers, merged):
+            for mine, more in zip(self._layers, merged, strict=False):
                 mine.extend(more)
         else:
             self._layers = merged

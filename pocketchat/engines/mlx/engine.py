@@ -304,12 +304,12 @@ class MlxEngine(EngineBase):
         if batched:
             logits = self._batch.decode([e.state for e, _, _ in batched],  # type: ignore[union-attr]
                                         [w.tokens[end - 1] for _, w, end in batched])
-            rows += [(e, w, end, row) for (e, w, end), row in zip(batched, logits)]
+            rows += [(e, w, end, row) for (e, w, end), row in zip(batched, logits, strict=False)]
         if not rows:
             return 0
         sampled = [engine._sample_row(work, end, row) for engine, work, end, row in rows]
         mx.eval(sampled)  # every row's token in one evaluation
-        for (engine, _, _, _), token in zip(rows, sampled):
+        for (engine, _, _, _), token in zip(rows, sampled, strict=False):
             chosen = int(token.item())
             control = engine._control
             logprob = None

@@ -3,7 +3,6 @@ usage and errors in the shapes its clients read (schema.py describes the bodies)
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Any
 

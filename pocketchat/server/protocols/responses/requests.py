@@ -102,7 +102,7 @@ def conversation(items: tuple[dict, ...], instructions: str | None,
         elif kind == "reasoning":
             thought = (thought or "") + _reasoning(item, at)
     rest = [m for m in messages if m.role != "system"]
-    spots = [p for m, p in zip(messages, places) if m.role != "system"]
+    spots = [p for m, p in zip(messages, places, strict=False) if m.role != "system"]
     if not rest:
         raise bad("'input' must hold at least one user or assistant message", "input", "invalid_value")
     check_results(rest, lambda i: spots[i], "function_call_output", "function_call")
