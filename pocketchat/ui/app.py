@@ -23,7 +23,8 @@ from pocketchat.conversations import Conversation
 from pocketchat.paths import settings
 from pocketchat.engines.types import ChatOptions, Engine, EngineInfo
 from pocketchat.ui import enginewatch
-from pocketchat.ui.chat import RESTART_HINT, Chat, answer_now
+from pocketchat.ui.chat import RESTART_HINT, Chat
+from pocketchat.ui.thinking import answer_now
 from pocketchat.ui.format import describe_error
 from pocketchat.ui.messages import (EngineFailed, EngineLost, EngineReady, LoadProgress,
                                     StartupNote, StartupProgress, StartupStatus)
