@@ -1,5 +1,5 @@
 """The Python API (`pocketchat.load()`): the starter model through the same path as the CLI,
-typed chunks and results, tools and JSON output, early stops, closing; the README's example
+typed chunks and results, tools and JSON output, early stops, closing; the docs' example
 run as written; `import pocketchat` stays cheap."""
 
 from __future__ import annotations
@@ -106,9 +106,9 @@ def test_a_closed_session_says_so():
 
 
 def readme_example() -> str:
-    """The code block of README's "From Python" section, verbatim."""
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("### From Python", 1)[1].split("\n### ", 1)[0]
+    """The code block of docs/python.md's "From Python" section, verbatim."""
+    readme = (REPO / "docs" / "python.md").read_text()
+    section = readme.split("# From Python", 1)[1].split("\n## ", 1)[0]
     [block] = re.findall(r"```python\n(.*?)```", section, re.S)
     return block
 
