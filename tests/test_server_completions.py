@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from support.serverproc import client, model, server  # noqa: F401 - module fixtures
+from support.serverproc import client, model, running  # noqa: F401 - module fixtures
 
 openai = pytest.importorskip("openai")
 llama_cpp = pytest.importorskip("llama_cpp")
@@ -17,6 +17,16 @@ llama_cpp = pytest.importorskip("llama_cpp")
 pytestmark = pytest.mark.slow
 PROMPT = "The capital of France is"
 GREEDY = dict(temperature=0, extra_body={"ignore_eos": True, "repeat_penalty": 1.0})
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """The starter served as the bare llama runs it: one sequence and no drafts (`--draft
+    auto` turns flash attention on where drafts pay, a CPU's choice, and a near tie of
+    two tokens may then fall the other way)."""
+    with running(["--model", "starter", "--ctx", "1024", "--parallel", "1", "--draft", "off"],
+                 tmp_path_factory.mktemp("serve")) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="module")
