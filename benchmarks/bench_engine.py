@@ -95,7 +95,7 @@ def main() -> int:
     sampling = Sampling()  # LoadPlan's default sampling: the same for all three
     print(f"model {path.name}, tg{args.n_gen}, {args.repetitions} runs each, threads {args.threads}")
 
-    from pocketchat.engines.worker import WorkerEngine
+    from pocketchat.engines.worker.parent import WorkerEngine
 
     eng = WorkerEngine(plan, path)
     bare = _llama(path, n_ctx=n_ctx, n_batch=512, n_ubatch=512, n_threads=args.threads,

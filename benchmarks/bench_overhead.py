@@ -428,7 +428,7 @@ def open_path(name: str, choice: Any, a: argparse.Namespace) -> Any:
 
 def measure(choice: Any, a: argparse.Namespace, names: list[str], out: Callable[[str], None]
             ) -> list[Series]:
-    from pocketchat.engines.sampling import merge_sampling
+    from pocketchat.engines.answer.sampling import merge_sampling
 
     global _BUF
     import ctypes
@@ -506,7 +506,7 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=None,
                    help="llama.cpp's threads on every path, pinned (default: the plan's count)")
     p.add_argument("--adaptive", action="store_true",
-                   help="leave the thread count to the engine's policy (engines/threads.py) on\n"
+                   help="leave the thread count to the engine's policy (engines/llamacpp/threads.py) on\n"
                         "the pocketchat paths instead of pinning it (the bare loop keeps the plan's)")
     p.add_argument("--draft", choices=["auto", "off", "ngram"], default=None,
                    help="the pocketchat paths' drafts (default: the plan's, auto; the bare loop\n"
@@ -546,7 +546,7 @@ def main() -> int:
 
 
 def merge_sampling_of(plan: Any) -> Any:
-    from pocketchat.engines.sampling import merge_sampling
+    from pocketchat.engines.answer.sampling import merge_sampling
 
     return merge_sampling(plan.sampling, options(1))
 

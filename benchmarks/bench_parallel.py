@@ -91,7 +91,7 @@ class Bare:
 
     def __init__(self, path: Path, n_ctx: int, threads: int) -> None:
         from pocketchat.engines.llamacpp.load import load_llama
-        from pocketchat.engines.template import template_for
+        from pocketchat.engines.answer.template import template_for
         from pocketchat.modelfile.gguf import check_gguf
         from pocketchat.types import LoadPlan
 

@@ -30,7 +30,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from pocketchat.commands.bench import WORDS  # noqa: E402
 from pocketchat.engines.llamacpp.engine import LlamaCppEngine  # noqa: E402
-from pocketchat.engines.render import plan_prompt  # noqa: E402
+from pocketchat.engines.answer.render import plan_prompt  # noqa: E402
 from pocketchat.engines.llamacpp.load import new_llama  # noqa: E402
 from pocketchat.engines.types import ChatOptions, Message  # noqa: E402
 from pocketchat.types import LoadPlan  # noqa: E402

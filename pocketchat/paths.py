@@ -48,7 +48,7 @@ class Settings:
 
     @property
     def prompt_cache_dir(self) -> Path:
-        """The prompt cache's disk tier (engines/prompt_disk.py): one folder per model."""
+        """The prompt cache's disk tier (engines/state/prompt_disk.py): one folder per model."""
         return self.cache_dir / "prompt-cache"
 
     @property

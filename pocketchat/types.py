@@ -184,12 +184,12 @@ def checkpoint_bytes(recurrent_state_bytes: int, count: int = MAX_CHECKPOINTS) -
     return min(max(count, 0) * max(recurrent_state_bytes, 0), MAX_CHECKPOINT_BYTES)
 
 
-# The prompt cache across conversations (parked sequence states, `engines/prompt_cache.py`):
+# The prompt cache across conversations (parked sequence states, `engines/state/prompt_cache.py`):
 # by default this share of the RAM the plan leaves free, at most MAX_PROMPT_CACHE_BYTES (as
 # llama.cpp's server's host cache); `serve --prompt-cache-mb` sets it, 0 turns it off.
 PROMPT_CACHE_SHARE = 0.25
 MAX_PROMPT_CACHE_BYTES = 8 * GiB
-# Its disk tier (`engines/prompt_disk.py`): by default this share of the free disk, at most
+# Its disk tier (`engines/state/prompt_disk.py`): by default this share of the free disk, at most
 # MAX_PROMPT_CACHE_DISK_BYTES, none when less than MIN_FREE_DISK_BYTES is free;
 # `--prompt-cache-disk-mb` sets it, 0 turns it off.
 PROMPT_CACHE_DISK_SHARE = 0.05
@@ -231,7 +231,7 @@ class LoadPlan:
     rpc_layers: tuple[int, ...] = ()
     n_layers: int = 0  # the model's layer count, when the plan splits it
     # The user fixed the thread count (--threads N): the engine keeps it; otherwise the count
-    # follows a busy machine while the model runs (engines/threads.py).
+    # follows a busy machine while the model runs (engines/llamacpp/threads.py).
     threads_pinned: bool = False
 
     def describe(self) -> str:

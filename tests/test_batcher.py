@@ -1,4 +1,4 @@
-"""The batcher's steps (`engines/batcher.Batcher`) with a recording decoder in place of llama.cpp:
+"""The batcher's steps (`engines/batch/batcher.Batcher`) with a recording decoder in place of llama.cpp:
 a lone sequence's token is a step of its own, sequences that decode together share one step
 (each sampling at its own batch index), every step runs in the one step thread whoever
 submits, a newcomer's prompt goes in chunks while others decode, a cancelled work leaves
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from pocketchat.engines.batcher import Batcher, StepCancelled, Work
+from pocketchat.engines.batch.batcher import Batcher, StepCancelled, Work
 
 
 class Recorder:

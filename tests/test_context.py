@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pocketchat.errors import ContextOverflow
-from pocketchat.engines.context import fit_messages, reply_reserve, split_turns
+from pocketchat.engines.answer.context import fit_messages, reply_reserve, split_turns
 from pocketchat.engines.types import Message
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pocketchat.api import Session
-from pocketchat.engines.sequences import Sequences
+from pocketchat.engines.batch.sequences import Sequences
 from pocketchat.engines.types import ChatOptions, Chunk, Message
 from pocketchat.errors import EngineError, PocketchatError, UnsupportedRequest
 from support.faulty_engine import FaultyEngine

@@ -12,8 +12,8 @@ import threading
 
 import pytest
 
-from pocketchat.engines.loop import CLOSING_LINE
-from pocketchat.engines.render import closing_tokens
+from pocketchat.engines.answer.loop import CLOSING_LINE
+from pocketchat.engines.answer.render import closing_tokens
 from pocketchat.engines.types import ChatOptions, Message
 from support.script_runtime import ScriptEngine
 
@@ -57,7 +57,7 @@ def test_a_full_context_stops_with_context():
 def test_ignore_eos_masks_the_end_tokens_through_the_sampling():
     eng = ScriptEngine("ab")
     eng.chat(HI, ChatOptions(ignore_eos=True))  # not started: nothing happens
-    from pocketchat.engines.sampling import merge_sampling
+    from pocketchat.engines.answer.sampling import merge_sampling
 
     merged = merge_sampling(eng.plan.sampling, ChatOptions(ignore_eos=True), eng.end_tokens)
     assert (0x110000, float("-inf")) in merged.logit_bias

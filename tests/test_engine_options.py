@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from support.engine_makers import llama_plan, make_llama_in_process, make_mlx_in_process
-from pocketchat.engines.sampling import merge_sampling
+from pocketchat.engines.answer.sampling import merge_sampling
 from pocketchat.engines.types import ChatOptions, Message
 from pocketchat.types import LoadPlan, Sampling
 pytestmark = pytest.mark.slow
@@ -124,7 +124,7 @@ def test_stop_reason_stop_on_mlx():
 
 
 def test_the_worker_passes_stop_reason_and_new_options_through():
-    from pocketchat.engines.worker import WorkerEngine
+    from pocketchat.engines.worker.parent import WorkerEngine
     from pocketchat.store.starter import starter_path
 
     eng = WorkerEngine(llama_plan(512), starter_path(), name="starter")

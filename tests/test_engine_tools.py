@@ -335,7 +335,7 @@ def test_mlx_constraint_starts_after_the_reasoning():
 # -- through the worker ------------------------------------------------------------------------
 
 def test_the_worker_carries_calls_logprobs_and_the_refusal():
-    from pocketchat.engines.worker import WorkerEngine
+    from pocketchat.engines.worker.parent import WorkerEngine
     from pocketchat.store.starter import starter_path
 
     eng = WorkerEngine(llama_plan(2048), starter_path(), name="starter")

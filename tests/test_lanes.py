@@ -1,4 +1,4 @@
-"""Who answers in the worker (`engines/lanes.Requests`, `batcher.Batcher.serve`): with several
+"""Who answers in the worker (`engines/worker/lanes.Requests`, `batcher.Batcher.serve`): with several
 sequences the step thread is the first lane, so a lone conversation decodes in the thread that
 runs its token loop (no hand-over per token), a second one is taken by another lane while it
 answers and shares its steps, and the step thread waiting for anything else still leads them."""
@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from pocketchat.engines.batcher import Batcher, Work
-from pocketchat.engines.lanes import Requests
+from pocketchat.engines.batch.batcher import Batcher, Work
+from pocketchat.engines.worker.lanes import Requests
 from pocketchat.engines.types import ChatOptions, Message
 from pocketchat.types import LoadPlan
 from support.served import Served
@@ -152,7 +152,7 @@ def test_the_step_thread_waiting_for_something_else_still_leads_the_others_steps
 
 @pytest.fixture
 def two_on_starter(starter_gguf):
-    from pocketchat.engines.child import make_backend
+    from pocketchat.engines.worker.child import make_backend
 
     plan = LoadPlan(backend="llama.cpp", placement="cpu", n_gpu_layers=0, n_ctx=1024,
                     n_threads=2, n_threads_batch=2, parallel=2)

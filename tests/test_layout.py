@@ -248,14 +248,29 @@ def test_the_probe_finder_sees_both_spellings(tmp_path):
     assert [h.split()[-1] for h in probes(src, tmp_path)] == ["complete", "status"]
 
 
-# Modules over the size a newcomer reads in one sitting (450 lines): none but these, which
-# the engine rewrite of issue 32 is splitting (take each out as it shrinks; add none).
-LONG_MODULES = {"engines/base.py", "engines/mlx/engine.py", "engines/llamacpp/engine.py",
-                "conversations.py"}
-MAX_LINES = 450
+# engines/ in rooms: at its top only the contract and what every room shares; one answer
+# (answer/) and the state's copies (state/) know nothing of processes or of several sequences.
+ENGINES = ROOT / "engines"
+ENGINES_TOP_MAX = 8
+ROOMS_APART = {"answer": {"worker", "batch"}, "state": {"worker", "batch"}}
 
 
-def test_no_module_grows_past_450_lines():
-    long = {str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py")
-            if len(p.read_text().splitlines()) > MAX_LINES}
-    assert long <= LONG_MODULES, f"split by responsibility: {sorted(long - LONG_MODULES)}"
+def test_engines_keeps_few_modules_at_its_top():
+    top = sorted(p.name for p in ENGINES.glob("*.py"))
+    assert len(top) <= ENGINES_TOP_MAX, f"put these in a room of engines/: {top}"
+    rooms = [p for p in ENGINES.iterdir() if p.is_dir() and p.name != "__pycache__"]
+    assert all((room / "__init__.py").exists() for room in rooms), "each room says what it owns"
+
+
+def test_one_answer_and_the_state_never_reach_into_the_worker_or_the_batcher():
+    modules = _modules()
+    wrong = []
+    for room, apart in ROOMS_APART.items():
+        for name, path in modules.items():
+            if not name.startswith(f"pocketchat.engines.{room}"):
+                continue
+            for target in _imports(path, modules):
+                parts = target.split(".")
+                if len(parts) > 2 and parts[1] == "engines" and parts[2] in apart:
+                    wrong.append(f"{name} imports {target}")
+    assert not wrong, "\n".join(wrong)

@@ -3,7 +3,7 @@ as not responding, and when it must not (busy in a long native call, idle, just 
 
 from __future__ import annotations
 
-from pocketchat.engines.liveness import BEAT_SECONDS, SILENCE, Watch
+from pocketchat.engines.worker.liveness import BEAT_SECONDS, SILENCE, Watch
 from pocketchat.engines.types import NOT_RESPONDING, Liveness, liveness_of
 
 
@@ -120,7 +120,7 @@ def test_engines_without_a_process_always_respond():
 def test_a_worker_killed_after_it_stopped_responding_is_not_blamed_on_memory():
     import signal
 
-    from pocketchat.engines.process import describe_exit
+    from pocketchat.engines.worker.process import describe_exit
 
     assert "out-of-memory" in describe_exit(-signal.SIGKILL)  # killed while it answered
     stuck = describe_exit(-signal.SIGKILL, stuck=True)

@@ -26,7 +26,7 @@ from pocketchat.errors import (
     ModelTooLarge,
 )
 from pocketchat.engines.types import ChatOptions, Engine, Message
-from pocketchat.engines.prefix_cache import Reuse, common_prefix, plan_reuse
+from pocketchat.engines.state.prefix_cache import Reuse, common_prefix, plan_reuse
 from pocketchat.engines.mlx.model import check_metal_budget, kv_cache_bytes, suggested_wired_limit_mb
 from pocketchat.types import GiB, LoadPlan, MiB
 
@@ -545,8 +545,8 @@ def test_pocketchat_imports_without_mlx():
     code = (
         "import sys\n"
         "for n in ('mlx', 'mlx.core', 'mlx_lm'): sys.modules[n] = None\n"
-        "import pocketchat.engines.mlx.engine, pocketchat.engines.worker, pocketchat.cli\n"
-        "from pocketchat.engines.child import make_backend\n"
+        "import pocketchat.engines.mlx.engine, pocketchat.engines.worker.parent, pocketchat.cli\n"
+        "from pocketchat.engines.worker.child import make_backend\n"
         "from pocketchat.errors import BackendMissing\n"
         "from pocketchat.types import LoadPlan\n"
         f"p = LoadPlan('mlx', 'cpu', 0, 512, 2, 2)\n"
@@ -567,7 +567,7 @@ def test_pocketchat_imports_without_mlx():
 @pytest.mark.slow
 def test_mlx_runs_in_the_worker_process():
     pytest.importorskip("mlx_lm")
-    from pocketchat.engines.worker import WorkerEngine
+    from pocketchat.engines.worker.parent import WorkerEngine
 
     e = WorkerEngine(plan(512), shared_model("scripted"), name="tiny", timeout=120)
     try:

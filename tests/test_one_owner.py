@@ -79,7 +79,7 @@ def test_a_qwen35moe_file_is_read_with_the_same_rule(tiny_qwen35moe):
 
 
 def test_a_request_without_sampling_on_a_plan_without_any_samples_as_pocket_does():
-    from pocketchat.engines.sampling import merge_sampling
+    from pocketchat.engines.answer.sampling import merge_sampling
     from pocketchat.engines.types import ChatOptions
     from pocketchat.select.defaults import sampling
 
@@ -146,7 +146,7 @@ def test_the_probe_reads_the_metal_budget_on_any_mlx(monkeypatch, old_mlx):
 
 
 def test_partial_suffix_is_the_longest_end_that_may_start_a_marker():
-    from pocketchat.engines.partial import partial_suffix
+    from pocketchat.engines.answer.partial import partial_suffix
 
     assert partial_suffix("answer <thi", ("<think>",)) == 4
     assert partial_suffix("answer <think", ("<think>",)) == 6
@@ -167,7 +167,7 @@ def test_a_marker_split_anywhere_is_found_by_every_stream():
     """The thinking split, the tool-call parser, the server's stop sequences and the paste guard
     give the same result for any cut of the same text as for the whole."""
     from pocketchat.engines.constrain.toolcalls import ToolCallParser
-    from pocketchat.engines.thinking import ThinkSplitter
+    from pocketchat.engines.answer.thinking import ThinkSplitter
     from pocketchat.server.reply import StopScanner
     from pocketchat.ui.pasteguard import PasteGuard
 

@@ -50,7 +50,7 @@ def _together(slots, prompts: list[str], max_tokens: int) -> list[tuple[str, int
 
 def _same_tokens_batched_and_alone(path: Path, max_tokens: int) -> None:
     from pocketchat.engines.llamacpp.engine import LlamaCppEngine
-    from pocketchat.engines.sequences import Sequences
+    from pocketchat.engines.batch.sequences import Sequences
 
     alone_engine = LlamaCppEngine(_plan(1024, 1), path, name="alone")
     try:
@@ -82,7 +82,7 @@ def test_batched_greedy_on_the_hybrid_qwen35moe_each_sequence_its_own_recurrent_
 @pytest.mark.slow
 def test_a_cancelled_sequence_leaves_the_batch_and_frees_its_slot(starter_gguf):
     from pocketchat.engines.llamacpp.engine import LlamaCppEngine
-    from pocketchat.engines.sequences import Sequences
+    from pocketchat.engines.batch.sequences import Sequences
 
     root = LlamaCppEngine(_plan(512, 2), starter_gguf, name="batched")
     slots = Sequences(root.sequence_engines())

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pocketchat.engines.prefix_cache import common_prefix
+from pocketchat.engines.state.prefix_cache import common_prefix
 from pocketchat.engines.types import ChatOptions, EngineInfo, Message
 from pocketchat.types import LoadPlan
 
@@ -76,7 +76,7 @@ def _alone(path: Path, conversations: list[list[Message]]) -> list:
 
 @pytest.mark.slow
 def test_batched_greedy_answers_are_token_for_token_those_of_one_at_a_time(hybrid):
-    from pocketchat.engines.sequences import Sequences
+    from pocketchat.engines.batch.sequences import Sequences
 
     conversations = [[Message("user", p)] for p in PROMPTS]
     alone = _alone(hybrid, conversations)
@@ -93,7 +93,7 @@ def test_batched_greedy_answers_are_token_for_token_those_of_one_at_a_time(hybri
 
 @pytest.mark.slow
 def test_a_cancelled_sequence_frees_its_slot_while_the_other_goes_on(hybrid):
-    from pocketchat.engines.sequences import Sequences
+    from pocketchat.engines.batch.sequences import Sequences
 
     long = ChatOptions(temperature=0, max_tokens=160, ignore_eos=True)
     other = [Message("user", "Tell another story.")]
@@ -137,7 +137,7 @@ def test_a_cancelled_sequence_frees_its_slot_while_the_other_goes_on(hybrid):
 
 @pytest.mark.slow
 def test_the_next_turn_after_a_batched_answer_evaluates_only_the_new_message(hybrid):
-    from pocketchat.engines.sequences import Sequences
+    from pocketchat.engines.batch.sequences import Sequences
 
     firsts = [[Message("user", p)] for p in PROMPTS[:2]]
     root = _engine(hybrid, 2)
@@ -207,7 +207,7 @@ def test_caches_that_cannot_be_merged_answer_one_at_a_time_and_say_why(monkeypat
     pytest.importorskip("mlx_lm")
     import mlx_lm.models.cache as cache_mod
     from support.mlx_fixture import shared_model
-    from pocketchat.engines.child import make_backend
+    from pocketchat.engines.worker.child import make_backend
     from pocketchat.engines.mlx.engine import MlxEngine
 
     monkeypatch.setattr(cache_mod, "make_prompt_cache", lambda model, max_kv_size=None:

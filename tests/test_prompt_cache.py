@@ -1,4 +1,4 @@
-"""The prompt cache across conversations as a pure structure (`engines/prompt_cache.py`):
+"""The prompt cache across conversations as a pure structure (`engines/state/prompt_cache.py`):
 least recently used out first, the byte budget never exceeded, the longest parked prefix wins,
 entries only where the live state ends at a message boundary, and the live state parked before
 another conversation's prompt replaces it. The state is a fake sequence that records the tokens
@@ -10,8 +10,8 @@ import random
 
 import pytest
 
-from pocketchat.engines.prefix_cache import PrefixCache
-from pocketchat.engines.prompt_cache import PromptCache
+from pocketchat.engines.state.prefix_cache import PrefixCache
+from pocketchat.engines.state.prompt_cache import PromptCache
 
 BYTES_PER_TOKEN = 10
 

@@ -163,7 +163,7 @@ def test_a_budget_smaller_than_one_state_keeps_nothing_and_loses_nothing(tiny_qw
 
 
 def test_the_worker_forwards_status(tiny_qwen35):
-    from pocketchat.engines.worker import WorkerEngine
+    from pocketchat.engines.worker.parent import WorkerEngine
 
     engine = WorkerEngine(llama_plan(BUDGET), tiny_qwen35, name="tiny-qwen35moe")
     try:

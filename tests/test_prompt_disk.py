@@ -1,5 +1,5 @@
-"""The prompt cache's disk tier as a structure (`engines/prompt_disk.py` under
-`engines/prompt_cache.py`): a state parked by one cache is restored by a new cache over the same
+"""The prompt cache's disk tier as a structure (`engines/state/prompt_disk.py` under
+`engines/state/prompt_cache.py`): a state parked by one cache is restored by a new cache over the same
 folder (a restart); a file that is not whole, not this model's or not this backend's is removed
 and never loaded; the budget (every model's files together) is honoured, least recently used
 out first; budget 0 writes nothing; the default budget from the free disk; the flag. The
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from pocketchat.engines.prefix_cache import PrefixCache
-from pocketchat.engines.prompt_cache import PromptCache
-from pocketchat.engines.prompt_disk import SUFFIX, DiskTier, tokens_digest
+from pocketchat.engines.state.prefix_cache import PrefixCache
+from pocketchat.engines.state.prompt_cache import PromptCache
+from pocketchat.engines.state.prompt_disk import SUFFIX, DiskTier, tokens_digest
 from pocketchat.select.fit import prompt_cache_disk_budget
 
 GiB = 1024**3

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pocketchat.engines.prompt_disk import SUFFIX, key_digest
+from pocketchat.engines.state.prompt_disk import SUFFIX, key_digest
 
 pytestmark = pytest.mark.slow
 
@@ -131,7 +131,7 @@ def test_another_models_file_is_never_loaded(qwen35, tmp_path):
     mine_cold = lifetime(qwen35, disk=0)  # nothing written: the answer from scratch
     assert folder_files() == [path]
     # Put the other model's file where this model's would be: the key in its header differs.
-    from pocketchat.engines.saved_state import state_key
+    from pocketchat.engines.state.saved_state import state_key
     from pocketchat.paths import settings
 
     key = state_key(str(qwen35), "llama.cpp", 4096, "f16")

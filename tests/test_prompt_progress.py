@@ -212,7 +212,7 @@ def test_loading_reports_llama_cpps_fraction_and_the_loading_screen_shows_it(sta
 
     from support.scripted_engine import ScriptedEngine
     from support.uitools import SIZE
-    from pocketchat.engines.worker import WorkerEngine
+    from pocketchat.engines.worker.parent import WorkerEngine
     from support.engine_makers import llama_plan
     from pocketchat.ui.app import create_app
     from pocketchat.ui.screens import LoadingScreen

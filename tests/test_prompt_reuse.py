@@ -14,7 +14,7 @@ import pytest
 
 from pocketchat.engines.llamacpp.engine import LlamaCppEngine
 from pocketchat.engines.types import ChatOptions, Message
-from pocketchat.engines.worker import WorkerEngine
+from pocketchat.engines.worker.parent import WorkerEngine
 from pocketchat.types import LoadPlan
 
 pytestmark = pytest.mark.slow  # real models or processes: the second CI lane

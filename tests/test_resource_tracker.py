@@ -22,7 +22,7 @@ from multiprocessing import resource_tracker
 
 from support.engine_makers import llama_plan
 from support.uitools import SIZE, answered, ready, screen_text, send, wait_for
-from pocketchat.engines.worker import WorkerEngine
+from pocketchat.engines.worker.parent import WorkerEngine
 from pocketchat.store.starter import starter_path
 from pocketchat.ui.app import create_app
 

@@ -13,7 +13,7 @@ import pytest
 
 from support.scripted_engine import Reply, ScriptedEngine
 from pocketchat import cli
-from pocketchat.engines.pooled import PooledEngine, open_pooled
+from pocketchat.engines.worker.pooled import PooledEngine, open_pooled
 from pocketchat.engines.types import Message
 from pocketchat.errors import EngineCrashed, HelperGone, HelperUnreachable
 from pocketchat.rpc import ggml, wire

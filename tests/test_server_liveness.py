@@ -16,7 +16,7 @@ from support.engine_makers import llama_plan
 from support.serverproc import running
 from support.workerproc import state, worker_of
 from pocketchat.engines.types import ChatOptions, Message, NOT_RESPONDING
-from pocketchat.engines.worker import WorkerEngine
+from pocketchat.engines.worker.parent import WorkerEngine
 from pocketchat.server.host import EngineHost
 
 pytestmark = pytest.mark.slow  # real models, servers and processes: the second CI lane

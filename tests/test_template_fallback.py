@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pocketchat.engines.template import BuiltinTemplate, PlainCompletion, template_for
+from pocketchat.engines.answer.template import BuiltinTemplate, PlainCompletion, template_for
 from pocketchat.engines.types import ChatOptions, Message
 
 pytest.importorskip("llama_cpp")

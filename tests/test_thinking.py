@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pocketchat.engines.thinking import ThinkSplitter, split_thinking
+from pocketchat.engines.answer.thinking import ThinkSplitter, split_thinking
 
 REPLY = "<think>\nThe user greets me. I greet back.\n</think>\n\nHello! How can I help?"
 

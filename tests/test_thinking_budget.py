@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from pocketchat.engines.llamacpp.engine import LlamaCppEngine
-from pocketchat.engines.loop import CLOSING_LINE
-from pocketchat.engines.render import closing_tokens
+from pocketchat.engines.answer.loop import CLOSING_LINE
+from pocketchat.engines.answer.render import closing_tokens
 from pocketchat.engines.types import ChatOptions, Message
-from pocketchat.engines.worker import WorkerEngine
+from pocketchat.engines.worker.parent import WorkerEngine
 from pocketchat.types import LoadPlan
 from support.tinyqwen35 import QWEN36_TEMPLATE, write_tiny_qwen35moe
 

@@ -1,4 +1,4 @@
-"""The thread policy (engines/threads.py) against a scripted machine: step times per thread
+"""The thread policy (engines/llamacpp/threads.py) against a scripted machine: step times per thread
 count, quiet or beside busy programs, on a scripted clock (no real time, no model)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from pocketchat.engines.rate import RecentRate
-from pocketchat.engines.threads import ThreadControl, ThreadPolicy
+from pocketchat.engines.answer.rate import RecentRate
+from pocketchat.engines.llamacpp.threads import ThreadControl, ThreadPolicy
 
 # Seconds per decode step of the full-size synthetic POCKET Q2_K on a 2-core machine without
 # AMX (issue #34's figures): 2 threads 11 tok/s quiet, 0.63 beside one busy program; 1 thread

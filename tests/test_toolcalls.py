@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from pocketchat.engines.answer import AnswerStream
+from pocketchat.engines.answer.stream import AnswerStream
 from pocketchat.engines.constrain.toolcalls import ToolCallParser, call_format
 from pocketchat.engines.constrain.tools import template_messages
 from pocketchat.engines.types import Message, TokenLogprob, ToolCall
@@ -223,7 +223,7 @@ def test_a_tool_aware_template_gets_arguments_as_objects():
 def test_a_token_holding_part_of_a_character_keeps_its_logprob():
     """Byte-fallback tokens (emoji, Korean) decode to no text until the character is complete:
     each token still has its logprob, released with the character's text."""
-    from pocketchat.engines.answer import AnswerStream
+    from pocketchat.engines.answer.stream import AnswerStream
     from pocketchat.engines.types import TokenLogprob
 
     stream = AnswerStream(in_thinking=False)

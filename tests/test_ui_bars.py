@@ -14,7 +14,7 @@ from support.scripted_engine import Factory, Reply, ScriptedEngine
 from support.uitools import ReadingEngine, answered, ready, run, screen_text, send, status_text, wait_for
 
 from pocketchat.conversations import Conversation
-from pocketchat.engines.saved_state import state_key, write_meta
+from pocketchat.engines.state.saved_state import state_key, write_meta
 from pocketchat.ui.app import create_app
 from pocketchat.ui.fitline import Part, fit, plain
 from pocketchat.ui.widgets import EngineHeader, StatusBar

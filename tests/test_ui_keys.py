@@ -198,7 +198,7 @@ def test_a_chat_is_interrupted_only_when_its_last_answer_was(capsys):
 @pytest.mark.slow
 def test_a_worker_killed_while_the_chat_is_idle_is_reported_at_once(starter_gguf):
     from support.engine_makers import llama_plan
-    from pocketchat.engines.worker import WorkerEngine
+    from pocketchat.engines.worker.parent import WorkerEngine
 
     async def scenario():
         app = create_app(lambda: WorkerEngine(llama_plan(512), starter_gguf))

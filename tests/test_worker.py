@@ -11,8 +11,8 @@ from support.engine_makers import llama_plan
 from pocketchat.errors import CorruptModel, EngineCrashed
 from pocketchat.engines.types import ChatOptions, Message
 from pocketchat.modelfile.gguf import check_gguf
-from pocketchat.engines.process import describe_exit
-from pocketchat.engines.worker import WorkerEngine
+from pocketchat.engines.worker.process import describe_exit
+from pocketchat.engines.worker.parent import WorkerEngine
 
 pytestmark = pytest.mark.slow  # real models or processes: the second CI lane
 
@@ -116,8 +116,7 @@ def test_abandoned_answer_then_cancel_race_then_next_answer(starter_gguf):
 
 def test_unknown_backend_module_missing_is_backend_missing(starter_gguf, monkeypatch):
     from pocketchat.errors import BackendMissing
-    from pocketchat.engines import child
-
+    from pocketchat.engines.worker import child
     monkeypatch.setitem(child.BACKENDS, "mlx", ("pocketchat.engines.no_such_module", "X"))
     from dataclasses import replace
 

@@ -18,7 +18,7 @@ import pytest
 
 from support.engine_makers import llama_plan
 from pocketchat.engines.types import ChatOptions, Message
-from pocketchat.engines.worker import WorkerEngine
+from pocketchat.engines.worker.parent import WorkerEngine
 from pocketchat.errors import EngineCrashed
 
 pytestmark = pytest.mark.slow  # real processes and the starter model

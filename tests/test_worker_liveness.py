@@ -14,7 +14,7 @@ import pytest
 
 from support.engine_makers import llama_plan
 from pocketchat.engines.types import NOT_RESPONDING, ChatOptions, Message, WatchedEngine
-from pocketchat.engines.worker import WorkerEngine
+from pocketchat.engines.worker.parent import WorkerEngine
 from pocketchat.errors import EngineCrashed, EngineNotResponding
 
 pytestmark = pytest.mark.slow  # real models and processes: the second CI lane

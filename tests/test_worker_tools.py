@@ -9,7 +9,7 @@ import pytest
 
 from support.engine_makers import llama_plan
 from pocketchat.engines.types import ChatOptions, Message
-from pocketchat.engines.worker import WorkerEngine
+from pocketchat.engines.worker.parent import WorkerEngine
 
 pytestmark = pytest.mark.slow  # real models or processes: the second CI lane
 

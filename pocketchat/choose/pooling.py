@@ -3,7 +3,7 @@
 The helpers are asked over RPC for their memory (and the link is timed) once per command;
 `choose/model.choose_model` chooses with their memory in the budget (the planner, select/fit.py,
 splits the layers; select/pool.py says whether pooling pays); the plan carries the helpers'
-endpoints and their layers to the engine (rpc/client.py, engines/pooled.py, engines/llamacpp/load.py).
+endpoints and their layers to the engine (rpc/client.py, engines/worker/pooled.py, engines/llamacpp/load.py).
 """
 
 from __future__ import annotations

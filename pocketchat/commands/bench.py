@@ -373,7 +373,7 @@ def bench_thinking(args: argparse.Namespace, choice) -> tuple[bool, int | None]:
 
 def _run_turns(plan, choice, args: argparse.Namespace) -> int:
     from pocketchat.commands.turns import compare_table, run_turns, table
-    from pocketchat.engines.render import PRESERVE_THINKING
+    from pocketchat.engines.answer.render import PRESERVE_THINKING
 
     if not args.json:
         print(visible(f"loading {choice.label} ({plan.describe()}) ..."), file=sys.stderr)

@@ -29,17 +29,17 @@ def open_engine(plan: "LoadPlan", path: Path, *, name: str | None = None,
     """
     kwargs: dict = {} if chunk_interval is None else {"chunk_interval": chunk_interval}
     if in_process:
-        from pocketchat.engines.child import make_backend
-        from pocketchat.engines.sequences import Sequences
+        from pocketchat.engines.worker.child import make_backend
+        from pocketchat.engines.batch.sequences import Sequences
 
         engine = make_backend(plan, Path(path), name, on_progress)
         return engine if isinstance(engine, Sequences) else Sequences([engine])
     if on_progress is not None:
         kwargs["on_progress"] = on_progress
-    from pocketchat.engines.worker import WorkerEngine
+    from pocketchat.engines.worker.parent import WorkerEngine
 
     if plan.rpc_servers:
-        from pocketchat.engines.pooled import open_pooled
+        from pocketchat.engines.worker.pooled import open_pooled
 
         return open_pooled(plan.rpc_servers, lambda: WorkerEngine(plan, Path(path), name=name, **kwargs))
     return WorkerEngine(plan, Path(path), name=name, **kwargs)

@@ -17,15 +17,16 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from pocketchat.errors import EngineClosed, EngineError
-from pocketchat.engines import answering, saved_state
+from pocketchat.engines.answer import run as answering
+from pocketchat.engines.state import saved_state
 from pocketchat.engines.constrain.control import TokenControl
 from pocketchat.engines.draft import drafting
-from pocketchat.engines.loop import Cancelled, Meter, Step
-from pocketchat.engines.prefix_cache import PrefixCache
-from pocketchat.engines.prompt_cache import for_engine
-from pocketchat.engines.render import history_tokens, render
-from pocketchat.engines.sampling import SamplingSettings
-from pocketchat.engines.batcher import Batcher, StepAborted, StepCancelled, Work
+from pocketchat.engines.answer.loop import Cancelled, Meter, Step
+from pocketchat.engines.state.prefix_cache import PrefixCache
+from pocketchat.engines.state.prompt_cache import for_engine
+from pocketchat.engines.answer.render import history_tokens, render
+from pocketchat.engines.answer.sampling import SamplingSettings
+from pocketchat.engines.batch.batcher import Batcher, StepAborted, StepCancelled, Work
 from pocketchat.engines.types import ChatOptions, Chunk, EngineInfo, Message
 from pocketchat.types import LoadPlan
 

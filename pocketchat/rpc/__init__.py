@@ -13,5 +13,5 @@ libggml-rpc and registers the "RPC" backend; this package reaches it through cty
 - `server`: llama.cpp's RPC server on this machine (`pocketchat rpc-server`).
 
 The RPC protocol has no authentication: listen on loopback, or on a network you trust.
-Nothing here imports `engines`; the pooled engine is `engines/pooled.py`.
+Nothing here imports `engines`; the pooled engine is `engines/worker/pooled.py`.
 """

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from pocketchat.engines.partial import partial_suffix
+from pocketchat.engines.answer.partial import partial_suffix
 from pocketchat.engines.types import Chunk, Stats, TokenLogprob, ToolCall
 
 

@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass
 
 from pocketchat.conversations import Conversation, prune_states
-from pocketchat.engines.saved_state import saved_tokens
+from pocketchat.engines.state.saved_state import saved_tokens
 from pocketchat.engines.types import Engine, StatefulEngine, liveness_of
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from typing import Any, Type
 
 from textual.driver import Driver
 
-from pocketchat.engines.partial import partial_suffix
+from pocketchat.engines.answer.partial import partial_suffix
 
 ESC = "\x1b"
 START = "\x1b[200~"

@@ -25,7 +25,7 @@ def make_llama_in_process(n_ctx: int):
 
 def make_llama_worker(n_ctx: int):
     from pocketchat.store.starter import starter_path
-    from pocketchat.engines.worker import WorkerEngine
+    from pocketchat.engines.worker.parent import WorkerEngine
 
     return WorkerEngine(llama_plan(n_ctx), starter_path(), name="starter")
 
@@ -33,7 +33,7 @@ def make_llama_worker(n_ctx: int):
 def make_llama_worker_at_chat_pace(n_ctx: int):
     """The worker as the chat opens it: text sent at most every CHUNK_INTERVAL."""
     from pocketchat.store.starter import starter_path
-    from pocketchat.engines.worker import WorkerEngine
+    from pocketchat.engines.worker.parent import WorkerEngine
     from pocketchat.ui.streaming import CHUNK_INTERVAL
 
     return WorkerEngine(llama_plan(n_ctx), starter_path(), name="starter",

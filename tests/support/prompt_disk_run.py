@@ -16,7 +16,7 @@ from pathlib import Path
 
 def wire(engine) -> None:
     """Give `engine`'s prompt cache its disk tier, as the engine does itself once wired."""
-    from pocketchat.engines.prompt_disk import DiskTier
+    from pocketchat.engines.state.prompt_disk import DiskTier
 
     if engine.prompt_cache.disk is None and hasattr(engine.cache.ops, "seq_payload"):
         engine.prompt_cache.attach_disk(DiskTier.open(engine.plan, engine._state_key()))

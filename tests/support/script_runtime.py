@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from pocketchat.engines.base import EngineBase
-from pocketchat.engines.prefix_cache import PrefixCache
-from pocketchat.engines.batcher import Batcher
+from pocketchat.engines.state.prefix_cache import PrefixCache
+from pocketchat.engines.batch.batcher import Batcher
 from pocketchat.engines.types import EngineInfo
 from pocketchat.types import LoadPlan
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import threading
 
-from pocketchat.engines import child
+from pocketchat.engines.worker import child
 from pocketchat.engines.types import ChatOptions, Chunk, Message
 
 HI = (Message("user", "Say hello."),)

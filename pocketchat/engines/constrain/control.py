@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from pocketchat.engines.thinking import CLOSE_TAG, OPEN_TAG
+from pocketchat.engines.answer.thinking import CLOSE_TAG, OPEN_TAG
 from pocketchat.engines.types import TokenLogprob, TopLogprob
 
 MAX_TOP_LOGPROBS = 20

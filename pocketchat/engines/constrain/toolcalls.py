@@ -23,7 +23,7 @@ import re
 import secrets
 from typing import Any, Literal, Mapping, Sequence
 
-from pocketchat.engines.partial import partial_suffix
+from pocketchat.engines.answer.partial import partial_suffix
 from pocketchat.engines.constrain.xmlparams import known_params, raw_text_params
 from pocketchat.engines.types import ToolCall
 

@@ -38,11 +38,11 @@ from pocketchat.engines.llamacpp.load import ProgressFn, load_llama
 from pocketchat.engines.llamacpp.mtp import MtpHead
 from pocketchat.engines.llamacpp.rollback import Rollback
 from pocketchat.engines.llamacpp.state import LlamaState
-from pocketchat.engines.prefix_cache import PrefixCache
-from pocketchat.engines.batcher import Batcher, Part
-from pocketchat.engines.template import template_for
-from pocketchat.engines.threads import ThreadControl
-from pocketchat.engines.thinking import CLOSE_TAG, OPEN_TAG
+from pocketchat.engines.state.prefix_cache import PrefixCache
+from pocketchat.engines.batch.batcher import Batcher, Part
+from pocketchat.engines.answer.template import template_for
+from pocketchat.engines.llamacpp.threads import ThreadControl
+from pocketchat.engines.answer.thinking import CLOSE_TAG, OPEN_TAG
 from pocketchat.engines.types import EngineInfo
 
 PENALTY_LAST_N = 64  # tokens the repeat/presence/frequency penalties look back over

@@ -44,9 +44,9 @@ from pocketchat.engines.mlx.model import (
     import_mlx,
     kv_cache_bytes,
 )
-from pocketchat.engines.prefix_cache import PrefixCache
-from pocketchat.engines.batcher import Batcher, Part, Work
-from pocketchat.engines.template import CHATML
+from pocketchat.engines.state.prefix_cache import PrefixCache
+from pocketchat.engines.batch.batcher import Batcher, Part, Work
+from pocketchat.engines.answer.template import CHATML
 from pocketchat.engines.types import EngineInfo
 
 ProgressFn = Callable[[str, float], None]

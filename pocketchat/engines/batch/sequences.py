@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any, Callable, Iterator, Sequence
 
 from pocketchat.errors import EngineClosed, EngineError
-from pocketchat.engines.batcher import Batcher
+from pocketchat.engines.batch.batcher import Batcher
 from pocketchat.engines.types import ChatOptions, Chunk, Engine, EngineInfo, Message
 
 FREE_WAIT_SECONDS = 30.0  # how long chat() waits for a sequence still settling its last answer

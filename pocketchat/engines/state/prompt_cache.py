@@ -35,8 +35,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
-from pocketchat.engines.prefix_cache import PrefixCache, common_prefix, plan_reuse
-from pocketchat.engines.prompt_disk import DiskTier, off_status, state_format
+from pocketchat.engines.state.prefix_cache import PrefixCache, common_prefix, plan_reuse
+from pocketchat.engines.state.prompt_disk import DiskTier, off_status, state_format
 
 MIN_SHARED_TOKENS = 256  # a first system message this long is parked once and shared
 

@@ -2,7 +2,7 @@
 and its reaping (the engine over it is `worker.WorkerEngine`).
 
 Launch (`launch`): the child is a fresh interpreter (`sys.executable -c BOOT`, see
-`WorkerProcess`) that imports `pocketchat.engines.child` and nothing of the caller: unlike
+`WorkerProcess`) that imports `pocketchat.engines.worker.child` and nothing of the caller: unlike
 multiprocessing's spawn it never re-runs the caller's `__main__`, so an app that calls
 `pocketchat.load()` at the top of a script, in a notebook or in the REPL works as written.
 It inherits one end of a socket pair (a `multiprocessing.connection.Connection` on both
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from pocketchat.errors import EngineError
-from pocketchat.engines.liveness import BEAT_SECONDS, ProcessProbe, Watch
+from pocketchat.engines.worker.liveness import BEAT_SECONDS, ProcessProbe, Watch
 
 GONE = object()  # in a queue: the pipe closed (the child ended, or the engine was closed)
 
@@ -132,7 +132,7 @@ BOOT = ("import signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN)  # poc
         "from multiprocessing.connection import Connection\n"
         "conn = Connection(int(sys.argv[1]))\n"
         "sys.path[:] = conn.recv()\n"
-        "from pocketchat.engines.child import run\n"
+        "from pocketchat.engines.worker.child import run\n"
         "run(conn)\n")
 
 

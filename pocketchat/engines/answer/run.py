@@ -22,16 +22,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Generator, Iterator, Sequence
 
 from pocketchat.errors import ContextOverflow, EngineError, UnsupportedRequest
-from pocketchat.engines.answer import AnswerStream, Piece, TextStream
+from pocketchat.engines.answer.stream import AnswerStream, Piece, TextStream
 from pocketchat.engines.constrain.control import TokenControl
 from pocketchat.engines.constrain.request import call_parser, token_control
-from pocketchat.engines.context import reply_reserve
-from pocketchat.engines.loop import CLOSING_LINE, Cancelled, Meter, Thought, steps
-from pocketchat.engines.rate import RecentRate
-from pocketchat.engines.render import PromptPlan, closing_tokens, plan_prompt
-from pocketchat.engines.sampling import merge_sampling
-from pocketchat.engines.settle import settle
-from pocketchat.engines.thinking import CLOSE_TAG
+from pocketchat.engines.answer.context import reply_reserve
+from pocketchat.engines.answer.loop import CLOSING_LINE, Cancelled, Meter, Thought, steps
+from pocketchat.engines.answer.rate import RecentRate
+from pocketchat.engines.answer.render import PromptPlan, closing_tokens, plan_prompt
+from pocketchat.engines.answer.sampling import merge_sampling
+from pocketchat.engines.answer.settle import settle
+from pocketchat.engines.answer.thinking import CLOSE_TAG
 from pocketchat.engines.types import ChatOptions, Chunk, Message, PromptProgress, Stats, StopReason
 
 

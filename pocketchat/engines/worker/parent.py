@@ -51,9 +51,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from pocketchat.errors import EngineClosed, EngineCrashed, EngineError, EngineNotResponding
-from pocketchat.engines.child import FLUSH_SECONDS
-from pocketchat.engines.liveness import BEAT_SECONDS
-from pocketchat.engines.process import GONE, Reader, describe_exit, launch, log_tail, reap
+from pocketchat.engines.worker.child import FLUSH_SECONDS
+from pocketchat.engines.worker.liveness import BEAT_SECONDS
+from pocketchat.engines.worker.process import GONE, Reader, describe_exit, launch, log_tail, reap
 from pocketchat.engines.types import ChatOptions, Chunk, EngineInfo, Liveness, Message, Stats
 from pocketchat.types import LoadPlan
 

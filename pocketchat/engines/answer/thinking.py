@@ -20,7 +20,7 @@ reasoning parsers read it.
 
 from __future__ import annotations
 
-from pocketchat.engines.partial import partial_suffix
+from pocketchat.engines.answer.partial import partial_suffix
 
 OPEN_TAG = "<think>"
 CLOSE_TAG = "</think>"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pocketchat.engines.loop import Cancelled
-from pocketchat.engines.render import PRESERVE_THINKING, PromptPlan, history_tokens
+from pocketchat.engines.answer.loop import Cancelled
+from pocketchat.engines.answer.render import PRESERVE_THINKING, PromptPlan, history_tokens
 from pocketchat.engines.types import ChatOptions, Message
 
 

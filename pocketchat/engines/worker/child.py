@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from pocketchat.errors import BackendMissing, EngineError, PocketchatError
-from pocketchat.engines.lanes import ANSWERS, Requests, front_jobs
-from pocketchat.engines.liveness import BEAT_SECONDS
-from pocketchat.engines.sequences import Sequences
+from pocketchat.engines.worker.lanes import ANSWERS, Requests, front_jobs
+from pocketchat.engines.worker.liveness import BEAT_SECONDS
+from pocketchat.engines.batch.sequences import Sequences
 from pocketchat.engines.types import Answer, ChatOptions, Chunk, Engine, Message, Stats
 from pocketchat.types import LoadPlan
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pocketchat.engines.constrain.toolcalls import ToolCallParser
-from pocketchat.engines.thinking import ThinkSplitter
+from pocketchat.engines.answer.thinking import ThinkSplitter
 from pocketchat.engines.types import TokenLogprob, ToolCall
 
 

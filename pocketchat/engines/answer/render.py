@@ -17,10 +17,10 @@ from typing import Any, Sequence
 
 from pocketchat.engines.constrain.grammar import offered_tools
 from pocketchat.engines.constrain.tools import knows_tools, template_messages
-from pocketchat.engines.context import fit_messages, reply_reserve
-from pocketchat.engines.prefix_cache import common_prefix
-from pocketchat.engines.template import thinking_prompt
-from pocketchat.engines.thinking import CLOSE_TAG, OPEN_TAG
+from pocketchat.engines.answer.context import fit_messages, reply_reserve
+from pocketchat.engines.state.prefix_cache import common_prefix
+from pocketchat.engines.answer.template import thinking_prompt
+from pocketchat.engines.answer.thinking import CLOSE_TAG, OPEN_TAG
 from pocketchat.engines.types import ChatOptions, Message
 
 PROBES = ("A", "\n\n", " x", "1")  # next-message stand-ins: where the next prompt is sure to agree
