@@ -1,7 +1,7 @@
 """Claude Code's own first request against `pocketchat serve`, before and after a restart.
 
-    flock -x /work/quiet.lock env PYTHONPATH=. .venv/bin/python benchmarks/bench_agent_restart.py \
-        --model /work/big/POCKET-35B-Q2_K-synthetic.gguf [--threads 2] [--disk-mb 4096]
+    env PYTHONPATH=. .venv/bin/python benchmarks/bench_agent_restart.py \
+        --model PATH/TO/POCKET-35B-Q2_K-synthetic.gguf [--threads 2] [--disk-mb 4096]
 
 1. Records the first request Claude Code sends: the real CLI (installed by .ci/run into
    POCKETCHAT_AGENT_CLIS) runs `claude -p` pointed at a recorder on 127.0.0.1 that saves the

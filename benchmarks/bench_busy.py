@@ -12,8 +12,8 @@ The busy processes are `while True` loops of their own (bounded: each stops by i
 `--busy-limit` seconds, and is stopped when its part ends). One model is loaded at a time.
 Speeds are llama.cpp's own decode counters (as `bench`). Run it alone on the machine:
 
-    flock -x /work/quiet.lock python benchmarks/bench_busy.py \
-        --model starter --model /work/big/POCKET-35B-Q2_K-synthetic.gguf
+    python benchmarks/bench_busy.py \
+        --model starter --model PATH/TO/POCKET-35B-Q2_K-synthetic.gguf
 """
 
 from __future__ import annotations

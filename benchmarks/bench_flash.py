@@ -1,7 +1,7 @@
 """Flash attention on a CPU: llama.cpp's decode time per token with it on and off, after a short
 and a long context, alternating (bare llama-cpp-python, the plan's threads and batch).
 
-    flock -x /work/quiet.lock python benchmarks/bench_flash.py [--model starter|PATH]
+    python benchmarks/bench_flash.py [--model starter|PATH]
         [--contexts 64,2048] [--tokens 24] [--rounds 2] [--threads 2]
 
 The plan's flash attention is the fit's (`select/fit.py`: on a GPU, off on a CPU), and on

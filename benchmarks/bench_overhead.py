@@ -29,10 +29,10 @@ token (us) of what runs beside the model's process on the same cores: the benchm
 the worker's reader (bench, worker), the chat's UI process (tmux), the server's process and
 the client (serve): on a machine whose cores all decode, it is taken from llama.cpp's threads.
 
-    flock -x /work/quiet.lock env PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_overhead.py
+    env PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_overhead.py
     ... [--tokens 128] [--pairs 5] [--adaptive] [--paths engine,bench,worker,tmux,serve4,serve1] [--profile]
 
-Goals (issue 32): bench >= 0.97 of bare; the chat in tmux and serve4 >= 0.97 of bench (`--against bench`
+Goals: bench >= 0.97 of bare; the chat in tmux and serve4 >= 0.97 of bench (`--against bench`
 pairs each run with a `bench` run instead of the bare loop: that ratio, measured directly).
 `--profile` instead runs the in-process engine under cProfile and prints where the Python goes.
 """

@@ -1,8 +1,8 @@
 """An agent's long prompt after a restart: the prompt cache's disk tier at full size.
 
 Run (under the exclusive lock, one full-size model at a time):
-    flock -x /work/quiet.lock env PYTHONPATH=. .venv/bin/python benchmarks/bench_prompt_disk.py \
-        --model /work/big/POCKET-35B-Q2_K-synthetic.gguf [--repeat 2] [--threads 2]
+    env PYTHONPATH=. .venv/bin/python benchmarks/bench_prompt_disk.py \
+        --model PATH/TO/POCKET-35B-Q2_K-synthetic.gguf [--repeat 2] [--threads 2]
 
 A coding agent's first request (system instructions and tool schemas, as Claude Code's: no
 recording of its text is in this repository, so a synthetic one of that kind, `--repeat` blocks

@@ -13,7 +13,7 @@ Run: python benchmarks/bench_recommend.py [--runs 5] [--full-size DIR [--quants 
    threads, against `pocketchat bench --model FILE -p 16 -n 64 -r 2` (decode tok/s); then the
    ratio and whether the estimated order of the builds is the measured order (goal: each within
    20%, same order). One full-size model is loaded at a time; run it alone on the machine:
-   `flock -x /work/quiet.lock python benchmarks/bench_recommend.py --full-size /work/big`.
+   `python benchmarks/bench_recommend.py --full-size PATH/TO/FOLDER`.
 """
 
 from __future__ import annotations

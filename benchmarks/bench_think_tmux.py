@@ -1,7 +1,7 @@
 """The wait for the first word of an answer after a thought, in the chat in a real terminal.
 
-    flock -x /work/quiet.lock env PYTHONPATH=. .venv/bin/python benchmarks/bench_think_tmux.py \
-        --model /work/big/POCKET-35B-Q2_K-synthetic.gguf [--threads 2] [--press-after 5]
+    env PYTHONPATH=. .venv/bin/python benchmarks/bench_think_tmux.py \
+        --model PATH/TO/POCKET-35B-Q2_K-synthetic.gguf [--threads 2] [--press-after 5]
 
 `pocketchat --model M` (thinking on, this machine's default budget) runs in a tmux pane. A
 question is typed and sent; the screen is read every 0.1 s for: the thought's folded title

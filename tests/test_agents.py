@@ -2,8 +2,7 @@
 random-weight qwen35moe with a Qwen3.6-like tools template (tinyqwen35), a forced tool call at
 every step, its result fed back, thinking off through each protocol's own switch. From step 2
 on, the prompt tokens the engine evaluates are only the new tool result and the generation
-prompt: the answer with its calls was settled in the worker after it was sent (issue 30 item
-7), and the cache holds it, so it is not read again. The figures are the ones each protocol
+prompt: the answer with its calls was settled in the worker after it was sent, and the cache holds it, so it is not read again. The figures are the ones each protocol
 reports (`cache_read_input_tokens`, `cached_tokens`) and llama.cpp's own (`timings`)."""
 
 from __future__ import annotations

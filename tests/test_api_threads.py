@@ -1,4 +1,4 @@
-"""The Python API as an embedding program uses it (issue 47), on the real starter model in its
+"""The Python API as an embedding program uses it, on the real starter model in its
 worker process: two threads calling `session.chat` at once both get answers (the second waits
 its turn); `timeout=` gives up with SessionBusy; a thread that starts a second answer while
 its own first is unread is told at once (it would wait for itself). Ctrl-C (SIGINT) ends a

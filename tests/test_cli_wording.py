@@ -1,4 +1,4 @@
-"""Issue 15, polish: plurals, one error style, one unit per line, build ids in hints, table width,
+"""Polish: plurals, one error style, one unit per line, build ids in hints, table width,
 the bandwidth footer."""
 
 from __future__ import annotations

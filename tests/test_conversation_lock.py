@@ -83,7 +83,7 @@ os._exit(0)
 @pytest.mark.skipif(not hasattr(os, "fork") or not Path("/proc/self/fd").is_dir(),
                     reason="needs fork and /proc")
 def test_the_lock_message_names_the_live_holder_never_a_process_that_is_gone():
-    """Issue 35: the pid written in the lock file is its first holder's; when that process is
+    """The pid written in the lock file is its first holder's; when that process is
     gone but a process it forked still has the file open (and so the lock), the message named
     the dead one."""
     from pocketchat.ui.holding import Holding

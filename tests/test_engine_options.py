@@ -1,4 +1,4 @@
-"""Sampling options per request, and why an answer stopped, on real models (issue 23 item 3).
+"""Sampling options per request, and why an answer stopped, on real models.
 
 The base merges every sampling field of the request over the plan's defaults once; these tests
 check that the fields reach the sampler (the answer changes the way a user would see), and that

@@ -1,4 +1,4 @@
-"""Tool calls, structured output, logprobs and prefills on real models (issue 20, engine side).
+"""Tool calls, structured output, logprobs and prefills on real models (engine side).
 
 - the starter (SmolLM2-135M, a ChatML template without tools: the fallback, JSON calls);
 - the tiny random-weight qwen35moe with a Qwen3.5-like template that renders tools (XML calls);

@@ -1,4 +1,4 @@
-"""Issue 24: faults of the environment are not "a bug in pocketchat": a stdout that cannot
+"""Faults of the environment are not "a bug in pocketchat": a stdout that cannot
 encode the answer still gets all of it, a read-only home names the folder, a full disk gives
 disk advice."""
 
@@ -86,7 +86,7 @@ def _figures(done: subprocess.CompletedProcess) -> list[str]:
 
 
 def test_bench_in_a_read_only_home_prints_its_figures_and_names_the_folder(tmp_path):
-    """Issue 35: the figures were thrown away when the cache could not be written; now they are
+    """The figures were thrown away when the cache could not be written; now they are
     printed, and a warning says what was not saved, where, and what to do."""
     from support.readonly import read_only
     home = tmp_path / "home"

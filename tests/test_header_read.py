@@ -1,4 +1,4 @@
-"""Issue 24: the header read before a download (HTTP Range) is retried and resumed like the
+"""The header read before a download (HTTP Range) is retried and resumed like the
 body, honours --stall-timeout, and a file the server sends altered is not "models rm"."""
 
 from __future__ import annotations

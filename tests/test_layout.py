@@ -218,7 +218,7 @@ def test_the_llama_call_finder_sees_every_spelling(tmp_path):
 
 
 # The members of the engine contract (`engines/types.py`: Engine, Answer): callers use them as
-# declared, never probe for them (issue 32: the host, the child, the pooled engine and the API
+# declared, never probe for them (the host, the child, the pooled engine and the API
 # asked getattr for `complete`, `status`, `parallel` and an answer's `cancel`).
 # (`chat`, `close` and `info` are left out: other objects have them too.)
 CONTRACT = {"complete", "cancel", "end_thinking", "status", "parallel", "sequences"}

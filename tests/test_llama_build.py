@@ -1,4 +1,4 @@
-"""Issue 35 item 7: one way to build a llama.cpp model (`engines/llamacpp/load.new_llama`),
+"""One way to build a llama.cpp model (`engines/llamacpp/load.new_llama`),
 carrying the engine's guards wherever it is used (the engine, tests, benchmarks).
 
 Where llama.cpp offers AMX weight buffers, a bare `llama_cpp.Llama` puts the weights in one and

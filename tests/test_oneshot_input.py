@@ -1,4 +1,4 @@
-"""Issue 24, polish: -p offline names the starter model, --continue names a chat's model that
+"""Polish: -p offline names the starter model, --continue names a chat's model that
 was removed, and `echo TEXT | pocketchat -p QUESTION` uses both (commands/prompt_input.py)."""
 
 from __future__ import annotations

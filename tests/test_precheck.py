@@ -184,7 +184,7 @@ def test_inspect_offline_without_the_file_says_so(capsys):
     assert "cannot read the header" in capsys.readouterr().err
 
 
-# -- what the terminal shows before the download question (issue 35) ------------------------
+# -- what the terminal shows before the download question ------------------------
 
 
 class _Terminal(__import__("io").StringIO):

@@ -1,4 +1,4 @@
-"""Issue 15, input checks: hardware profiles that are not what they claim give one clear error."""
+"""Input checks: hardware profiles that are not what they claim give one clear error."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Conversations that take turns through the real server keep their state (issue 21, item 2):
+"""Conversations that take turns through the real server keep their state:
 the tiny random-weight `qwen35moe` (POCKET's hybrid architecture: its recurrent state cannot be
 cut back, so without the cache each switch re-reads the whole conversation), `pocketchat serve`
 on 127.0.0.1, the real `openai` client. Three conversations continued in turn for six rounds:

@@ -1,5 +1,5 @@
 """Each chat turn evaluates only its new tokens, on POCKET's hybrid architecture and on an
-attention-only model, in this process and in the worker, thinking on and off (issue 10).
+attention-only model, in this process and in the worker, thinking on and off.
 
 The tiny `qwen35moe` GGUF (tinyqwen35.py) has Gated-DeltaNet layers whose state cannot be cut
 back, and a template that renders earlier answers without their reasoning, as Qwen3.5/3.6's

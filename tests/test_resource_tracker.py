@@ -1,4 +1,4 @@
-"""Issue 24: after multiprocessing's resource tracker dies, Ctrl+R still restarts the engine
+"""After multiprocessing's resource tracker dies, Ctrl+R still restarts the engine
 (it failed every time with "bad value(s) in fds_to_keep" inside the chat, when the worker was
 spawned through multiprocessing; it is now launched as its own interpreter, which needs no
 tracker: `process.launch`)."""

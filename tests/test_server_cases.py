@@ -1,4 +1,4 @@
-"""The `serve` cases of issue 35 on the live starter server: what the engine cannot honour is
+"""The `serve` cases on the live starter server: what the engine cannot honour is
 a 400 (never an empty answer or a 500 with a repr); a forced call cut off is no markup;
 shutdown is prompt, in the protocol's shape and without a traceback; memory options are
 bounded by the machine."""

@@ -1,4 +1,4 @@
-"""Issue 24, the server's console: pathological bodies over a raw socket are 400s in OpenAI's
+"""The server's console: pathological bodies over a raw socket are 400s in OpenAI's
 shape (never a 500 and a traceback), Ctrl-C during a stream ends it cleanly, and a server on
 another loopback address answers at the URL it prints."""
 

@@ -1,5 +1,5 @@
 """Agent frameworks with the Pydantic fields real apps have (`max_length`, bounds, enums) get
-validated objects from the real server on 127.0.0.1 in both call formats (issue 30): the
+validated objects from the real server on 127.0.0.1 in both call formats: the
 starter (JSON calls, its template knows no tools) and the tiny random-weight qwen35moe with a
 Qwen3.5/3.6-like template (Qwen's XML calls), thinking off through chat_template_kwargs. The
 tiny model writes nonsense, so what validates is what the mask made of it; before the XML

@@ -205,7 +205,7 @@ def test_logit_bias_is_passed_on_as_token_ids():
     assert chat().options.logit_bias == ()
 
 
-# -- strict schemas and sealed thoughts (issue 47) -----------------------------------------
+# -- strict schemas and sealed thoughts -----------------------------------------
 
 LOOSE = {"type": "object", "properties": {"n": {"type": "integer"}}}
 NESTED = {"type": "object", "additionalProperties": False,

@@ -1,4 +1,4 @@
-"""Issue 24 in a real terminal (tmux): `pocketchat 2> err.log` draws the chat on the terminal,
+"""In a real terminal (tmux): `pocketchat 2> err.log` draws the chat on the terminal,
 not into the log; the log keeps what is printed outside the chat."""
 
 from __future__ import annotations

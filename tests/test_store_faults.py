@@ -78,7 +78,7 @@ def test_retries_give_up_with_the_partial_kept(hub, data):
     assert "resumes" in e.value.hint
 
 
-# -- a host that lies about the file's size (issue 35): found at once, no resume advised ------
+# -- a host that lies about the file's size: found at once, no resume advised ------
 
 PATIENT = DownloadOptions(stall_timeout_s=0.5, backoff_s=0.05)  # the default 8 retries
 

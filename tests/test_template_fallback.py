@@ -1,4 +1,4 @@
-"""Issue 15: a GGUF without a chat template gets llama.cpp's built-in template for its format
+"""A GGUF without a chat template gets llama.cpp's built-in template for its format
 (with a note), or runs as a plain completion; never ChatML guessed for every model."""
 
 from __future__ import annotations

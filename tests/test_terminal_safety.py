@@ -1,4 +1,4 @@
-"""Issue 15 in a real terminal (tmux): text from a saved chat or a paste never drives the terminal,
+"""In a real terminal (tmux): text from a saved chat or a paste never drives the terminal,
 SIGTERM mid-answer saves and restores the terminal, a read-only conversation folder is reported."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 24, the newcomer's findings in the chat app (Textual's Pilot): Ctrl+N starts clean and
+"""The newcomer's findings in the chat app (Textual's Pilot): Ctrl+N starts clean and
 at the top, Ctrl+C stops an answer, the memory figure follows a restart, the keys panel closes
 with Esc, the hardware page shows a recommendation and every CPU flag, a chat is "interrupted"
 only by its last answer, a worker killed while idle is reported at once."""

@@ -1,4 +1,4 @@
-"""Issue 15 in the chat app (Textual's Pilot): text typed while the model loads is kept."""
+"""In the chat app (Textual's Pilot): text typed while the model loads is kept."""
 
 from __future__ import annotations
 
@@ -136,7 +136,7 @@ def test_the_palettes_screenshot_is_saved_and_says_where():
 
 
 def test_ctrl_t_on_a_model_that_does_not_think_says_so():
-    """The key bar hides "Answer" for it; the key still answers, with why (issue 47)."""
+    """The key bar hides "Answer" for it; the key still answers, with why."""
     from support.scripted_engine import Factory
     from pocketchat.engines.types import EngineInfo
 

@@ -1,4 +1,4 @@
-"""Issue 15, network: a captive portal or a bare-404 proxy is "the Hub cannot be reached", with the
+"""Network: a captive portal or a bare-404 proxy is "the Hub cannot be reached", with the
 starter offered (only when installed); a repo without GGUF files says what it holds."""
 
 from __future__ import annotations

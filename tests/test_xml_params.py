@@ -1,5 +1,5 @@
-"""Qwen's XML call format enforces a tool's whole parameters schema, as the JSON format does
-(issue 30, item 5): the grammar each format gets is matched by llguidance against exact call
+"""Qwen's XML call format enforces a tool's whole parameters schema, as the JSON format does:
+the grammar each format gets is matched by llguidance against exact call
 texts over a byte vocabulary (no model), so each keyword is checked both ways: a value that
 follows the schema is admitted in both formats, one that breaks it in neither. The same on a
 real model is tests/test_xml_schema_table.py."""

@@ -1,5 +1,5 @@
 """Every schema keyword the JSON call format enforces, the XML format enforces too, on a real
-model (issue 30, item 5): the tiny random-weight qwen35moe writes calls in Qwen's XML format
+model: the tiny random-weight qwen35moe writes calls in Qwen's XML format
 (its Qwen3.5/3.6-like template with tools) and in the JSON format (a Qwen3.6-like template
 without tools: the Hermes fallback). Its weights are random, so what makes each call valid is
 the mask; each parsed call's arguments are validated with `jsonschema` (formats included,

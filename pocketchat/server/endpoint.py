@@ -192,7 +192,7 @@ class Endpoint:
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         out = Responder(send, self.error_body, self.error_event)
-        try:  # any model name is answered: agents send their own ids (issue 30)
+        try:  # any model name is answered: agents send their own ids
             request = self.parse(await read_body(scope, receive, self.max_body))
         except ApiError as exc:
             return await out.fail(exc)

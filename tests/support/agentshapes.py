@@ -1,4 +1,4 @@
-"""The shapes of the first requests Claude Code and Codex send (issue 30 recorded them from
+"""The shapes of the first requests Claude Code and Codex send (recorded from
 Claude Code 2.1.332 and Codex 0.171.0 pointed at a server on 127.0.0.1), rebuilt at a smaller
 size for the tests: every field they carry, the tools' count and nesting, not their text. And
 a reader of server-sent events that checks each protocol's event sequence."""
