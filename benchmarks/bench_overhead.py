@@ -182,13 +182,16 @@ class Bare:
         decode_run(self.lib, self.ctx, self.batch, tokens, pos)
 
     def once(self, i: int, n: int) -> Run:
-        from pocketchat.engines.types import Message
+        from pocketchat.engines.answer.template import thinking_prompt
 
         lib, ctx = self.lib, self.ctx
         # the prompt the engine decodes: the model's template, its default system prompt too
         # (the starter's adds 21 tokens, which an attention's cost per token grows with)
-        text = self.template.render([Message("user", f"{i} {PROMPT}")],
-                                    thinking=self.thinking).text
+        text = thinking_prompt(
+            self.template.apply([{"role": "user", "content": f"{i} {PROMPT}"}],
+                                enable_thinking=self.thinking),
+            thinking=self.thinking, knows_switch=self.template.knows_thinking_switch,
+            mentions_think=self.template.mentions_think)
         prompt = self.llm.tokenize(text.encode(), add_bos=False, special=True)
         lib.llama_memory_clear(lib.llama_get_memory(ctx), True)
         chain = self._chain()

@@ -13,7 +13,7 @@ from pocketchat.engines.answer.template import BuiltinTemplate, PlainCompletion,
 from pocketchat.engines.types import ChatOptions, Message
 
 pytest.importorskip("llama_cpp")
-MESSAGES = [Message("system", "Be brief."), Message("user", "Hi there")]
+MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}]
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,7 @@ def test_gemma_without_a_template_gets_llama_cpps_gemma_template():
     renderer, note = template_for(None, arch="gemma3", model="gemma-3-1b", has_token=lambda t: False)
     assert isinstance(renderer, BuiltinTemplate) and renderer.name == "gemma"
     assert "no chat template" in note and "'gemma'" in note
-    text = renderer.render(MESSAGES).text
+    text = renderer.apply(MESSAGES, generation=True)
     assert "<start_of_turn>user\n" in text and "Hi there" in text and text.endswith("<start_of_turn>model\n")
     assert "<|im_start|>" not in text
 
@@ -37,7 +37,7 @@ def test_gemma_without_a_template_gets_llama_cpps_gemma_template():
 def test_an_unknown_format_runs_as_a_plain_completion():
     renderer, note = template_for(None, arch="someneox", model="base-model", has_token=lambda t: False)
     assert isinstance(renderer, PlainCompletion) and "plain text completion" in note
-    assert renderer.render(MESSAGES).text == "Be brief.\n\nHi there"
+    assert renderer.apply(MESSAGES, generation=True) == "Be brief.\n\nHi there"
 
 
 @pytest.mark.slow
@@ -51,7 +51,7 @@ def test_a_real_gguf_without_template_uses_the_format_its_tokens_tell_and_says_s
     try:
         assert isinstance(engine.template, BuiltinTemplate) and engine.template.name == "chatml"
         assert any("'chatml'" in n and "no chat template" in n for n in engine.info.notes)
-        prompt = engine.template.render([Message("user", "Hi")]).text
+        prompt = engine.render([Message("user", "Hi")], True)
         assert prompt == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
         answer = "".join(c.text for c in engine.chat([Message("user", "Say hello.")],
                                                      ChatOptions(max_tokens=12, temperature=0.0)))

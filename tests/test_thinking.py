@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from pocketchat.engines.answer.thinking import ThinkSplitter, split_thinking
+from pocketchat.engines.answer.thinking import ThinkSplitter
+
+
+def split_thinking(text: str, *, in_thinking: bool = False) -> tuple[str, str]:
+    """The whole-text version: `(answer, thinking)` of a finished reply."""
+    splitter = ThinkSplitter(in_thinking=in_thinking)
+    a1, t1 = splitter.feed(text)
+    a2, t2 = splitter.flush()
+    return a1 + a2, t1 + t2
 
 REPLY = "<think>\nThe user greets me. I greet back.\n</think>\n\nHello! How can I help?"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Generator, Iterator, Literal, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterator, Literal, Protocol, Sequence, runtime_checkable
 
 from pocketchat.errors import EngineError, PocketchatError
 
@@ -294,30 +294,6 @@ class Engine(Protocol):
     def close(self) -> None:
         """Free the model's memory; the engine cannot be used after (`EngineClosed`)."""
         ...
-
-
-class StreamAnswer:
-    """An `Answer` over a chunk iterator of an engine that runs one answer at a time (its
-    `cancel` and `end_thinking` are the answer's)."""
-
-    def __init__(self, chunks: Iterator[Chunk], engine: Any) -> None:
-        self._chunks, self._engine = chunks, engine
-
-    def __iter__(self) -> "StreamAnswer":
-        return self
-
-    def __next__(self) -> Chunk:
-        return next(self._chunks)
-
-    def cancel(self) -> None:
-        self._engine.cancel()
-
-    def end_thinking(self) -> None:
-        self._engine.end_thinking()
-
-    def close(self) -> None:
-        if isinstance(self._chunks, Generator):  # a plain iterator has nothing to free
-            self._chunks.close()
 
 
 @runtime_checkable

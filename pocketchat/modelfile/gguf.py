@@ -136,11 +136,6 @@ class _Header:
         self.pos += n
         return raw.decode("utf-8", errors="replace")
 
-    def skip_string(self, what: str) -> None:
-        n = self.u64(what)
-        self.need(n, what)
-        self.pos += n
-
     def value(self, vtype: int, key: str) -> Any:
         """Read one value; arrays are skipped and returned as ("array", count)."""
         if vtype == _STRING:
@@ -186,13 +181,6 @@ def _quant_sizes() -> dict[int, tuple[int, int]]:
     return {int(t): sizes for t, sizes in GGML_QUANT_SIZES.items()}
 
 
-def _type_name(t: int) -> str:
-    from gguf.constants import GGMLQuantizationType
-
-    try:
-        return GGMLQuantizationType(t).name
-    except ValueError:
-        return f"type {t}"
 
 
 def check_gguf(path: Path | str) -> GGUFInfo:

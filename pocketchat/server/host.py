@@ -38,10 +38,10 @@ from typing import AsyncIterator, Callable, Literal
 
 import anyio
 
-from pocketchat.engines.types import (ChatOptions, Engine, Liveness, Message, WatchedEngine,
+from pocketchat.engines.types import (Engine, Liveness, WatchedEngine,
                                       liveness_of)
 from pocketchat.errors import ApiError, EngineNotResponding, PocketchatError
-from pocketchat.server.turn import Streamed, Turn, chat_run, not_responding, stopping
+from pocketchat.server.turn import Streamed, Turn, not_responding, stopping
 
 State = Literal["loading", "ready", "error", "not_responding"]
 LIVENESS_POLL = 0.25  # how often the host asks whether the worker responds
@@ -288,13 +288,6 @@ class EngineHost:
             if turn.answers:
                 self._durations.append(time.monotonic() - started)
             places.release()
-
-    @asynccontextmanager
-    async def generate(self, messages: tuple[Message, ...], options: ChatOptions
-                       ) -> AsyncIterator[Streamed]:
-        """Wait for the turn (bounded queue), then stream one answer from the engine."""
-        async with self.turn() as turn, turn.answer(chat_run(messages, options)) as answer:
-            yield answer
 
     def health(self) -> dict:
         body: dict = {"status": self.state, "busy": self.busy, "queued": self.waiting,

@@ -19,7 +19,7 @@ def wire(engine) -> None:
     from pocketchat.engines.state.prompt_disk import DiskTier
 
     if engine.prompt_cache.disk is None and hasattr(engine.cache.ops, "seq_payload"):
-        engine.prompt_cache.attach_disk(DiskTier.open(engine.plan, engine._state_key()))
+        engine.prompt_cache.disk = DiskTier.open(engine.plan, engine._state_key())
 
 
 def plan(disk_bytes: int, n_ctx: int = 4096, threads: int = 1):

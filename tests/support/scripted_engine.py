@@ -15,10 +15,10 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Iterator, Sequence
+from typing import Any, Generator, Iterator, Sequence
 
 from pocketchat.errors import EngineCrashed
-from pocketchat.engines.types import ChatOptions, Chunk, EngineInfo, Message, Stats, StreamAnswer
+from pocketchat.engines.types import ChatOptions, Chunk, EngineInfo, Message, Stats
 
 TOKEN = re.compile(r"\s*\S+|\s+")
 CLOSING = "\nTime is up, so I answer now."  # the line a closed thought ends with
@@ -41,6 +41,30 @@ class Reply:
     # Drafts (`--draft`): each step that verified a draft emitted this many tokens on average
     # (accepted drafted tokens and one); 0: no draft step ran.
     draft_per_step: float = 0.0
+
+
+class StreamAnswer:
+    """An `Answer` over a chunk iterator of an engine that runs one answer at a time (its
+    `cancel` and `end_thinking` are the answer's)."""
+
+    def __init__(self, chunks: Iterator[Chunk], engine: Any) -> None:
+        self._chunks, self._engine = chunks, engine
+
+    def __iter__(self) -> "StreamAnswer":
+        return self
+
+    def __next__(self) -> Chunk:
+        return next(self._chunks)
+
+    def cancel(self) -> None:
+        self._engine.cancel()
+
+    def end_thinking(self) -> None:
+        self._engine.end_thinking()
+
+    def close(self) -> None:
+        if isinstance(self._chunks, Generator):  # a plain iterator has nothing to free
+            self._chunks.close()
 
 
 @dataclass

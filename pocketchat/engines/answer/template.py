@@ -15,11 +15,9 @@ note saying so; when llama.cpp has none, the model runs as a plain text completi
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from pocketchat.errors import EngineError, TemplateRefused
-from pocketchat.engines.types import Message
 
 CHATML = (
     "{% for message in messages %}"
@@ -44,14 +42,8 @@ def thinking_prompt(text: str, *, thinking: bool, knows_switch: bool,
     return text
 
 
-@dataclass(frozen=True)
-class Prompt:
-    text: str
-    in_thinking: bool  # the prompt itself opened a <think> block: the reply starts inside it
-
-
 class ChatTemplate:
-    """A compiled chat template; `render(messages, thinking=...)` gives the prompt."""
+    """A compiled chat template; `apply(dicts, generation=...)` gives its text."""
 
     def __init__(self, template: str | None, *, bos_token: str = "", eos_token: str = "") -> None:
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
@@ -79,11 +71,6 @@ class ChatTemplate:
         except Exception as exc:  # the template's raise_exception, or a render error
             raise TemplateRefused(f"the model's chat template refused the conversation: {exc}"
                                   ) from exc
-
-    def render(self, messages: Sequence[Message], *, thinking: bool = True,
-               generation: bool = True) -> Prompt:
-        """The prompt text; `generation=False` leaves out the assistant's generation prompt."""
-        return _render(self, messages, thinking, generation)
 
 
 # Special tokens that give a model's chat format away, and llama.cpp's built-in template for it.
@@ -123,10 +110,6 @@ class BuiltinTemplate:
     def __init__(self, name: str) -> None:
         self.name = self.source = name
 
-    def render(self, messages: Sequence[Message], *, thinking: bool = True,
-               generation: bool = True) -> Prompt:
-        return _render(self, messages, thinking, generation)
-
     def apply(self, dicts: list[dict], *, generation: bool = True, **kwargs: Any) -> str:
         import llama_cpp
 
@@ -151,22 +134,8 @@ class PlainCompletion:
     is_fallback = True
     source = ""
 
-    def render(self, messages: Sequence[Message], *, thinking: bool = True,
-               generation: bool = True) -> Prompt:
-        return _render(self, messages, thinking, generation)
-
     def apply(self, dicts: list[dict], *, generation: bool = True, **kwargs: Any) -> str:
         return "\n\n".join(str(d["content"]) for d in dicts if d.get("content"))
-
-
-def _render(template: "ChatTemplate | BuiltinTemplate | PlainCompletion",
-            messages: Sequence[Message], thinking: bool, generation: bool) -> Prompt:
-    dicts = [{"role": m.role, "content": m.content} for m in messages]
-    text = template.apply(dicts, generation=generation, enable_thinking=thinking)
-    if generation:
-        text = thinking_prompt(text, thinking=thinking, knows_switch=template.knows_thinking_switch,
-                               mentions_think=template.mentions_think)
-    return Prompt(text=text, in_thinking=text.rstrip().endswith("<think>"))
 
 
 def template_for(template: str | None, *, arch: str, model: str, has_token: Callable[[str], bool],

@@ -100,11 +100,3 @@ class ThinkSplitter:
                     return
             self._answer_started = True
             answer.append(text)
-
-
-def split_thinking(text: str, *, in_thinking: bool = False) -> tuple[str, str]:
-    """The whole-text version: `(answer, thinking)` of a finished reply."""
-    splitter = ThinkSplitter(in_thinking=in_thinking)
-    a1, t1 = splitter.feed(text)
-    a2, t2 = splitter.flush()
-    return a1 + a2, t1 + t2

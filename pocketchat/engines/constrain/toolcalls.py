@@ -127,10 +127,6 @@ class ToolCallParser:
         self._body: list[str] | None = None  # inside a call: its text so far
         self._gap = ""  # the space before the open call (text again if the call is not one)
 
-    @property
-    def in_call(self) -> bool:
-        return self._body is not None
-
     def feed(self, text: str) -> tuple[str, tuple[ToolCall, ...]]:
         out: list[str] = []
         calls: list[ToolCall] = []

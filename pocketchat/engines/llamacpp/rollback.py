@@ -100,7 +100,3 @@ class Rollback:
         self._state.restore(buf, pos)  # the recurrent part at pos, the KV cut there
         return Undo(pos)
 
-
-def native_possible(arch: str) -> bool:
-    """Whether llama.cpp 0.3.36 rolls this architecture's recurrent state back natively."""
-    return arch in NATIVE_ARCHES

@@ -94,10 +94,6 @@ class PromptCache:
         budget may still go to disk)."""
         return self.budget > 0
 
-    def attach_disk(self, disk: DiskTier | None) -> None:
-        """Add the disk tier (the engine's `_prompt_cache` passes it as `disk=`)."""
-        self.disk = disk
-
     def _disk(self) -> DiskTier | None:
         return self.disk if self.disk is not None and self.disk.enabled else None
 

@@ -91,28 +91,11 @@ def _merge(chunks: list[Chunk]) -> Chunk:
     )
 
 
-def _redirect_output(log_path: str | None) -> None:
-    """Send the child's stdout/stderr (native logs, warnings, abort messages) to a log file.
-
-    Done at the descriptor level, so C code writing to fd 1/2 cannot draw over the chat.
-    """
-    if not log_path:
-        return
-    try:
-        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    except OSError:
-        return
-    for target in (1, 2):
-        os.dup2(fd, target)
-    os.close(fd)
-
-
 def main(conn: Any, plan: LoadPlan, path: str, name: str | None,
-         log_path: str | None = None, chunk_interval: float = FLUSH_SECONDS) -> None:
-    """The child process: load the backend, say so, then serve requests until "close"."""
+         chunk_interval: float = FLUSH_SECONDS) -> None:
+    """The child process (its output already the worker's log: `process.launch`): load the
+    backend, say so, then serve requests until "close"."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the parent
-    _redirect_output(log_path)
     send_lock = threading.Lock()
 
     def send(msg: tuple) -> None:
@@ -141,7 +124,7 @@ def run(conn: Any) -> None:
     """The entry of a worker launched as its own interpreter (`process.launch`): its
     arguments come over `conn`; stdout and stderr are already the worker's log."""
     plan, path, name, chunk_interval = conn.recv()
-    main(conn, plan, path, name, None, chunk_interval)
+    main(conn, plan, path, name, chunk_interval)
 
 
 def _load(plan: LoadPlan, path: str, name: str | None, send: Callable[[tuple], None]) -> Any:
