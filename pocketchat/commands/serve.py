@@ -13,6 +13,7 @@ import argparse
 import ipaddress
 import socket
 import sys
+from typing import Any
 from dataclasses import replace
 
 from pocketchat.errors import PocketchatError, UsageError
@@ -159,6 +160,17 @@ def run(args: argparse.Namespace) -> int:
     return _serve(args, choice, sock, api_key, loopback)
 
 
+def _file_size(path: Any) -> int:
+    """The model's bytes on disk (a file, or an MLX folder's files); 0 when unknown."""
+    from pathlib import Path
+
+    try:
+        p = Path(path)
+        return p.stat().st_size if p.is_file() else sum(f.stat().st_size for f in p.glob("*"))
+    except (OSError, TypeError):
+        return 0
+
+
 def _serve(args: argparse.Namespace, choice, sock: socket.socket, api_key: str | None,
            loopback: bool) -> int:
     import uvicorn
@@ -211,6 +223,7 @@ def _serve(args: argparse.Namespace, choice, sock: socket.socket, api_key: str |
     aliases = [a for a in (args.model, choice.label) if a and a != name]
     info = {"max_model_len": choice.plan.n_ctx,
             "meta": {"backend": choice.plan.backend, "placement": choice.plan.describe(),
+                     "size": _file_size(choice.path),
                      "n_ctx": choice.plan.n_ctx, "parallel": host.sequences}}
     on, budget = getattr(args, "thinking_default", (True, None))
     app = create_app(host, model_id=name, aliases=aliases, api_key=api_key,

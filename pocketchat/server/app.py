@@ -7,6 +7,8 @@
     POST /v1/chat/completions/{id}/end_thinking   end a streaming answer's thought now (also
                                 under /v1/messages/ and /v1/responses/; see thinking.py)
     GET  /v1/models             the one model this server runs
+    POST /api/chat, /api/generate   Ollama's API (and GET /api/tags, /api/ps, /api/version,
+                                POST /api/show, HEAD /: protocols/ollama/)
     GET  /health                {"status": "loading" | "ready" | "error", ...} (no key needed)
     GET  /openapi.json          every endpoint's request and response (openapi.py)
 
@@ -39,6 +41,7 @@ from pocketchat.server.protocols.openai.encode import error_body
 from pocketchat.server.protocols.anthropic.endpoints import CountTokens, Messages
 from pocketchat.server.protocols.openai.endpoints import ChatCompletions, Completions
 from pocketchat.server.protocols.responses.endpoints import Responses
+from pocketchat.server.protocols.ollama import endpoints as ollama
 from pocketchat.server.protocols.responses.store import ResponseStore
 from pocketchat.server.thinking import ServerThinking, ThinkDefault
 
@@ -101,10 +104,13 @@ def create_app(host: EngineHost, *, model_id: str, aliases: Sequence[str] = (),
         if status in (404, 405):
             text = (f"{text}: {request.method} {request.url.path}. This server answers POST "
                     "/v1/chat/completions, POST /v1/completions, POST /v1/messages, POST "
-                    "/v1/responses, POST .../{id}/end_thinking, GET /v1/models, GET /health and GET "
-                    "/openapi.json (the API's "
+                    "/v1/responses, POST .../{id}/end_thinking, GET /v1/models, Ollama's POST "
+                    "/api/chat and /api/generate, GET /health and GET /openapi.json (the API's "
                     "schema); the /v1 prefix may be left out.")
-        body = {"error": {"message": str(text), "type": kind, "param": None, "code": None}}
+        body: dict[str, Any] = {"error": {"message": str(text), "type": kind, "param": None,
+                                          "code": None}}
+        if request.url.path.startswith("/api/"):  # Ollama's shape
+            body = {"error": str(text)}
         return JSONResponse(body, status_code=status, headers=getattr(exc, "headers", None))
 
     @contextlib.asynccontextmanager
@@ -140,7 +146,10 @@ def create_app(host: EngineHost, *, model_id: str, aliases: Sequence[str] = (),
         *((f"{base}/{{id}}/end_thinking", end_thinking, ["POST"])
           for base in ("/v1/chat/completions", "/v1/messages", "/v1/responses")),
     ]
-    for _, endpoint, _ in api:
+    native = [("/api/chat", ollama.OllamaChat(host, model_id, aliases, max_body), ["POST"]),
+              ("/api/generate", ollama.OllamaGenerate(host, model_id, aliases, max_body), ["POST"]),
+              *ollama.routes(host, model_id, (model_info or {}).get("meta", {}))]
+    for _, endpoint, _ in (*api, *native):
         if isinstance(endpoint, Endpoint):
             endpoint.thinking = thoughts
     routes = [Route("/health", health, methods=["GET"]),
@@ -148,6 +157,7 @@ def create_app(host: EngineHost, *, model_id: str, aliases: Sequence[str] = (),
     routes += [Route(path, endpoint, methods=methods) for path, endpoint, methods in api]
     routes += [Route(path.removeprefix("/v1"), endpoint, methods=methods)
                for path, endpoint, methods in api]
+    routes += [Route(path, endpoint, methods=methods) for path, endpoint, methods in native]
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={HTTPException: http_error, Exception: http_error})
     guarded = Guard(Preflight(app), api_key=api_key, loopback_only=loopback_only)

@@ -37,6 +37,10 @@ SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-
                (b"x-accel-buffering", b"no")]
 
 
+NDJSON_HEADERS = [(b"content-type", b"application/x-ndjson"), (b"cache-control", b"no-cache"),
+                  (b"x-accel-buffering", b"no")]
+
+
 class ClientGone(Exception):
     """The client closed the connection before its request was read."""
 
@@ -53,6 +57,7 @@ class Responder:
         self._error_event = error_event
         self.started = False
         self.ended = False
+        self.lines = False  # a stream of JSON lines (Ollama's), not server-sent events
 
     async def json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
         self.started = self.ended = True
@@ -61,6 +66,16 @@ class Responder:
     async def start_events(self) -> None:
         self.started = True
         await self._send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+
+    async def start_lines(self) -> None:
+        """Start a stream of newline-delimited JSON objects (Ollama's streaming)."""
+        self.started = self.lines = True
+        await self._send({"type": "http.response.start", "status": 200, "headers": NDJSON_HEADERS})
+
+    async def line(self, data: Any) -> None:
+        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        await self._send({"type": "http.response.body", "body": (text + "\n").encode(),
+                          "more_body": True})
 
     async def event(self, data: Any) -> None:
         text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False,
@@ -88,7 +103,9 @@ class Responder:
         if not self.started:
             await self.json(exc.status, self._error_body(exc), exc.headers)
         elif not self.ended:
-            if self._error_event is None:
+            if self.lines:
+                await self.line(self._error_body(exc))
+            elif self._error_event is None:
                 await self.event(self._error_body(exc))
             else:
                 await self.named(*self._error_event(exc))

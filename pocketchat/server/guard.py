@@ -114,9 +114,12 @@ async def send_json(send: Callable, status: int, body: Any,
 
 
 def error_for(exc: ApiError, path: str) -> dict[str, Any]:
-    """`exc` in the shape of the protocol `path` belongs to (Anthropic's for /v1/messages)."""
+    """`exc` in the shape of the protocol `path` belongs to (Anthropic's for /v1/messages,
+    Ollama's for /api)."""
     if path.removeprefix("/v1").startswith("/messages"):
         from pocketchat.server.protocols.anthropic.encode import error_body
+    elif path.startswith("/api/"):
+        from pocketchat.server.protocols.ollama.encode import error_body
     else:
         from pocketchat.server.protocols.openai.encode import error_body
     return error_body(exc)

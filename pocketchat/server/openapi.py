@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from pocketchat.server.protocols.anthropic import schema as anthropic_schema
+from pocketchat.server.protocols.ollama import schema as ollama_schema
 from pocketchat.server.protocols.openai import schema as openai_schema
 from pocketchat.server.protocols.responses import schema as responses_schema
 
@@ -62,6 +63,7 @@ def document(version: str = "0") -> dict[str, Any]:
                        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Health"}}}}
     paths = {
         **openai_schema.PATHS, **anthropic_schema.PATHS, **responses_schema.PATHS,
+        **ollama_schema.PATHS,
         **{f"{base}/{{id}}/end_thinking": _end_thinking(base)
            for base in ERRORS},
         "/health": {"get": {"summary": "Whether the model is loaded; no API key needed.",
@@ -79,14 +81,15 @@ def document(version: str = "0") -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {"title": "pocketchat", "version": version,
-                 "description": "OpenAI's chat completions and Responses API and Anthropic's "
-                                "Messages API over one local model (every path also without its "
-                                "/v1 prefix; any model name is answered). Every request "
+                 "description": "OpenAI's chat completions and Responses API, Anthropic's "
+                                "Messages API and Ollama's /api over one local model (every /v1 "
+                                "path also without its prefix; any model name is answered). Every request "
                                 "body is validated against the schemas below; a refusal is a "
                                 "400 whose `error.param` names the field."},
         "paths": paths,
         "components": {"schemas": {**openai_schema.COMPONENTS, **anthropic_schema.COMPONENTS,
-                                   **responses_schema.COMPONENTS, "Health": HEALTH,
+                                   **responses_schema.COMPONENTS, **ollama_schema.COMPONENTS,
+                                   "Health": HEALTH,
                                    "EndThinking": END_THINKING},
                        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"},
                                            "apiKey": {"type": "apiKey", "in": "header",
