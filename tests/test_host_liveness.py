@@ -14,6 +14,7 @@ from support.scripted_engine import HeldEngine
 from pocketchat.engines.types import NOT_RESPONDING, ChatOptions, Liveness, Message
 from pocketchat.errors import ApiError
 from pocketchat.server.host import EngineHost
+from support.hostrun import generate
 
 HI = (Message("user", "hi"),)
 
@@ -35,7 +36,7 @@ class StuckHeld(HeldEngine):
 
 
 async def answer(host: EngineHost) -> str | None:
-    async with host.generate(HI, ChatOptions()) as streaming:
+    async with generate(host, HI, ChatOptions()) as streaming:
         return [c.finish_reason async for c in streaming][-1]
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from pocketchat.engines.types import ChatOptions, Message
 from pocketchat.types import LoadPlan
+from support.hostrun import generate
 
 PROMPTS = ["Name a fruit.", "Count to five.", "What is the capital of France?",
            "Say hello in Spanish."]
@@ -231,7 +232,7 @@ def test_the_host_runs_n_answers_at_once_queues_the_rest_and_health_shows_both()
         seen = [host.health()]
 
         async def one() -> str:
-            async with host.generate((Message("user", "hi"),), ChatOptions()) as answer:
+            async with generate(host, (Message("user", "hi"),), ChatOptions()) as answer:
                 return [c.finish_reason async for c in answer][-1]
 
         tasks = [asyncio.create_task(one()) for _ in range(3)]

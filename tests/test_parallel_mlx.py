@@ -16,6 +16,7 @@ import pytest
 from pocketchat.engines.state.prefix_cache import common_prefix
 from pocketchat.engines.types import ChatOptions, EngineInfo, Message
 from pocketchat.types import LoadPlan
+from support.hostrun import generate
 
 PROMPTS = ["Name a fruit.", "Count to five.", "What is the capital of France?",
            "Say hello in Spanish."]
@@ -241,7 +242,7 @@ def test_the_host_takes_the_engines_own_count_and_health_says_why():
         await host.start()
 
         async def one() -> str:
-            async with host.generate((Message("user", "hi"),), ChatOptions()) as answer:
+            async with generate(host, (Message("user", "hi"),), ChatOptions()) as answer:
                 return [c.finish_reason async for c in answer][-1]
 
         tasks = [asyncio.create_task(one()) for _ in range(3)]

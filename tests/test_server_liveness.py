@@ -18,6 +18,7 @@ from support.workerproc import state, worker_of
 from pocketchat.engines.types import ChatOptions, Message, NOT_RESPONDING
 from pocketchat.engines.worker.parent import WorkerEngine
 from pocketchat.server.host import EngineHost
+from support.hostrun import generate
 
 pytestmark = pytest.mark.slow  # real models, servers and processes: the second CI lane
 
@@ -92,7 +93,7 @@ def test_the_host_restarts_a_worker_that_does_not_resume(starter_gguf):
                 await asyncio.sleep(0.05)
             assert host.engine is not first and state(first.pid) in ("gone", "zombie")
             assert "error" not in host.health()
-            async with host.generate((Message("user", "hi"),),
+            async with generate(host, (Message("user", "hi"),),
                                      ChatOptions(max_tokens=4, ignore_eos=True)) as answer:
                 chunks = [c async for c in answer]
             assert chunks[-1].finish_reason == "length"

@@ -145,3 +145,59 @@ def test_a_tool_result_goes_back_to_the_model(qwen):
         qwen.chat(model="m", messages=[*ASK, {"role": "tool", "tool_name": "lights",
                                               "content": "on"}], think=False)
     assert err.value.status_code == 400 and "no open tool call" in err.value.error
+
+
+# -- idle: the model's memory given back -------------------------------------------------
+
+SYSTEM = "You answer questions about a bakery's orders in one short line each. " * 8
+
+
+def _rss_kb(pid: int) -> int:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _health_until(srv, ok, timeout: float = 30) -> dict:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        _, body = srv.get("/health")
+        if ok(body) or time.monotonic() > deadline:
+            return body
+        time.sleep(0.1)
+
+
+def test_an_idle_model_is_unloaded_and_the_next_request_loads_it_again(tmp_path):
+    """`serve --idle-unload MIN`: the worker ends (its memory freed: the server alone stays,
+    well under 300 MB), /health says so, and the next request loads the model again and reads
+    only what the disk tier does not hold (the long system prompt read before is cached)."""
+    import subprocess
+
+    pytest.importorskip("llama_cpp")
+    gguf = tinyqwen35.write_tiny_qwen35moe(tmp_path / "q36.gguf",
+                                           chat_template=tinyqwen35.REAL_QWEN36_TEMPLATE)
+    args = ["--model", str(gguf), "--ctx", "4096", "--draft", "off", "--idle-unload", "0.03",
+            "--prompt-cache-disk-mb", "64", "--parallel", "1"]
+    with running(args, tmp_path) as srv:
+        client = ollama.Client(host=srv.url, timeout=300)
+        ask = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Order 1?"}]
+        first = client.chat(model="m", messages=ask, think=False, options={"num_predict": 2})
+        assert first.prompt_eval_count > len(SYSTEM)  # read in full
+        workers = subprocess.run(["pgrep", "-P", str(srv.pid)], capture_output=True,
+                                 text=True).stdout.split()
+        assert workers
+        idle = _health_until(srv, lambda b: b.get("status") == "idle")
+        assert idle["status"] == "idle" and idle["model_loaded"] is False and idle["unloads"] == 1
+        assert not [w for w in workers if subprocess.run(["kill", "-0", w]).returncode == 0]
+        assert _rss_kb(srv.pid) < 300 * 1024, _rss_kb(srv.pid)
+        ask[1]["content"] = "Order 2?"
+        again = client.chat(model="m", messages=ask, think=False, options={"num_predict": 2})
+        assert again.done and again.prompt_eval_count < 64, again.prompt_eval_count
+        log = srv.log()
+        assert "unloaded after 0.03 min without a request" in log and "loaded again" in log
+        # Ollama's own unload call: keep_alive 0
+        client.generate(model="m", prompt="", keep_alive=0)
+        assert _health_until(srv, lambda b: b.get("status") == "idle")["status"] == "idle"

@@ -260,3 +260,22 @@ def test_a_changed_sealed_thought_is_refused_and_another_servers_is_left_out():
     assert "was changed" in err.value.message
     other = parse_messages_request(messages("EqQBCkYIBxgCKkBvbm90aGVyIHNlcnZlcg==")).chat.messages
     assert other[1].reasoning is None  # Anthropic's own signature: nothing to read, no error
+
+
+def test_the_idle_unload_default_follows_the_machine():
+    from pocketchat.commands.serve import idle_seconds
+
+    gib = 1024**3
+    assert idle_seconds(None, 13 * gib, 24 * gib) == 300  # more than half the RAM: 5 minutes
+    assert idle_seconds(None, 2 * gib, 24 * gib) is None  # a small model is kept
+    assert idle_seconds(10, 2 * gib, 24 * gib) == 600 and idle_seconds(0, 13 * gib, 24 * gib) is None
+
+
+def test_ollama_keep_alive_durations():
+    from pocketchat.server.protocols.ollama.requests import keep_alive
+
+    assert [keep_alive(v) for v in (None, 0, "5m", "1h30m", "-1", 30, "250ms")] == [
+        None, 0.0, 300.0, 5400.0, -1.0, 30.0, 0.25]
+    with pytest.raises(ApiError) as err:
+        keep_alive("soon")
+    assert err.value.param == "keep_alive"

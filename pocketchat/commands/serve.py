@@ -47,6 +47,10 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="the shortest time between two streamed events of an answer: each costs "
                         f"the machine about 1 ms of CPU (default {STREAM_INTERVAL_MS}; 0: every "
                         "token as it is decoded)")
+    p.add_argument("--idle-unload", type=float, default=None, metavar="MIN",
+                   help="free the model's memory after MIN minutes without a request; the next "
+                        "request loads it again (default: 5 when the model needs more than half "
+                        "the RAM, else never; 0: never)")
     p.add_argument("--prompt-cache-mb", type=int, default=None, metavar="N",
                    help="RAM for the states of recent conversations, so clients that take "
                         "turns do not re-read their whole conversation (0: off; default: a "
@@ -132,6 +136,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--queue must be at least 1, got {args.queue}")
     if args.parallel is not None and not 1 <= args.parallel <= 64:
         raise UsageError(f"--parallel must be between 1 and 64, got {args.parallel}")
+    if args.idle_unload is not None and not 0 <= args.idle_unload <= 7 * 24 * 60:
+        raise UsageError(f"--idle-unload must be between 0 and 10080 minutes, got {args.idle_unload:g}",
+                         hint="Give the minutes without a request before the model is freed; 0 "
+                              "keeps it loaded.")
     if not 0 <= args.stream_interval <= 1000:
         raise UsageError(f"--stream-interval must be between 0 and 1000 ms, got {args.stream_interval}")
     for origin in args.cors_origin:
@@ -156,8 +164,24 @@ def run(args: argparse.Namespace) -> int:
     from pocketchat.commands.think import resolve, think_of
 
     args.thinking_default = resolve(think_of(args), choice, sel)
+    args.idle_seconds = idle_seconds(args.idle_unload, _file_size(choice.path),
+                                     sel.profile().ram_total_bytes)
     sock = bind(args.host, args.port)
     return _serve(args, choice, sock, api_key, loopback)
+
+
+IDLE_DEFAULT_MIN = 5.0  # Ollama's keep_alive default
+
+
+def idle_seconds(minutes: float | None, model_bytes: int, ram_bytes: int) -> float | None:
+    """Seconds without a request before the model is freed (None: never): `--idle-unload`'s,
+    else 5 minutes when the model takes more than half the machine's RAM (a laptop wants it
+    back), else never (a small model costs little to keep)."""
+    if minutes is not None:
+        return minutes * 60 if minutes > 0 else None
+    if ram_bytes and model_bytes > ram_bytes / 2:
+        return IDLE_DEFAULT_MIN * 60
+    return None
 
 
 def _file_size(path: Any) -> int:
@@ -192,6 +216,14 @@ def _serve(args: argparse.Namespace, choice, sock: socket.socket, api_key: str |
         if host.state == "not_responding" and host.error is not None:
             print(one_line(f"{host.error.message}; requests get a 503 until it resumes, or until "
                            f"it is restarted in {host.restart_stuck:.0f} s"), file=sys.stderr, flush=True)
+        elif host.state == "idle":
+            print(one_line(f"unloaded after {host.idle_unload / 60:g} min without a request: the "
+                           "model's memory is free; the next request loads it again"),
+                  file=sys.stderr, flush=True)
+        elif host.state == "loading" and host.previous == "idle":
+            print(one_line(f"loading {name} again for a request"), file=sys.stderr, flush=True)
+        elif host.state == "ready" and host.previous == "loading" and host.unloads:
+            print(one_line(f"loaded again: {name} at {url}"), file=sys.stderr, flush=True)
         elif host.state == "ready" and host.previous == "not_responding":
             print(one_line(f"the model process responds again: {name} at {url}"), file=sys.stderr,
                   flush=True)
@@ -219,7 +251,8 @@ def _serve(args: argparse.Namespace, choice, sock: socket.socket, api_key: str |
     choice = with_parallel(choice, args.parallel)
     pace = args.stream_interval / 1000
     host = EngineHost(lambda: api.open_session(choice, chunk_interval=pace).engine,
-                      queue_size=args.queue, sequences=choice.plan.parallel, on_state=on_state)
+                      queue_size=args.queue, sequences=choice.plan.parallel, on_state=on_state,
+                      idle_unload=getattr(args, "idle_seconds", None))
     aliases = [a for a in (args.model, choice.label) if a and a != name]
     info = {"max_model_len": choice.plan.n_ctx,
             "meta": {"backend": choice.plan.backend, "placement": choice.plan.describe(),
@@ -231,6 +264,8 @@ def _serve(args: argparse.Namespace, choice, sock: socket.socket, api_key: str |
                      thinking=ThinkDefault(on, budget),
                      access_log=lambda text: print(text, file=sys.stderr, flush=True))
     together = f", {host.sequences} answers at once" if host.sequences > 1 else ""
+    idle = getattr(args, "idle_seconds", None)
+    together += f"; unloaded after {idle / 60:g} min idle" if idle else ""
     print(one_line(f"loading {choice.label} ({choice.plan.describe()}{together}); listening on {url}"
                    + ("" if loopback else " (API key required)")), file=sys.stderr, flush=True)
     # No colours: uvicorn decides them from stdout, while its lines go to stderr (a file, maybe).

@@ -61,7 +61,7 @@ def create_app(host: EngineHost, *, model_id: str, aliases: Sequence[str] = (),
 
     async def health(_: Request) -> JSONResponse:
         body = {**host.health(), "model": model_id}
-        return JSONResponse(body, status_code=200 if host.state == "ready" else 503)
+        return JSONResponse(body, status_code=200 if host.state in ("ready", "idle") else 503)
 
     spec = document()
 

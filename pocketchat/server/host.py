@@ -43,7 +43,9 @@ from pocketchat.engines.types import (Engine, Liveness, WatchedEngine,
 from pocketchat.errors import ApiError, EngineNotResponding, PocketchatError
 from pocketchat.server.turn import Streamed, Turn, not_responding, stopping
 
-State = Literal["loading", "ready", "error", "not_responding"]
+# "idle": the model was unloaded after `idle_unload` seconds without a request; the next
+# request loads it again (it answers, after the load: /health says 200).
+State = Literal["loading", "ready", "error", "not_responding", "idle"]
 LIVENESS_POLL = 0.25  # how often the host asks whether the worker responds
 RESTART_STUCK = 30.0  # seconds a worker may stay not responding before it is restarted
 STOP_GRACE = 0.5  # seconds the worker has to end by itself when the server stops
@@ -54,7 +56,8 @@ class EngineHost:
 
     def __init__(self, opener: Callable[[], Engine], *, queue_size: int = 8, sequences: int = 1,
                  on_state: Callable[["EngineHost"], None] | None = None,
-                 one_at_a_time: str | None = None, restart_stuck: float = RESTART_STUCK) -> None:
+                 one_at_a_time: str | None = None, restart_stuck: float = RESTART_STUCK,
+                 idle_unload: float | None = None) -> None:
         self._opener = opener
         self._on_state = on_state
         self.queue_size = queue_size
@@ -83,6 +86,9 @@ class EngineHost:
         self.stuck: Liveness | None = None  # the worker's liveness while it does not respond
         self._stuck_since = 0.0
         self._watcher: asyncio.Task | None = None
+        self.idle_unload = idle_unload  # seconds without a request before the model is freed
+        self.last_used = time.monotonic()  # when the last answer ended (or the model loaded)
+        self.unloads = 0
 
     @property
     def busy(self) -> bool:
@@ -102,7 +108,31 @@ class EngineHost:
     async def _watch(self) -> None:
         while not self.closing:
             await asyncio.sleep(LIVENESS_POLL)
-            self.check_liveness(time.monotonic())
+            now = time.monotonic()
+            self.check_liveness(now)
+            if self.due_for_unload(now):
+                await self._unload()
+
+    def due_for_unload(self, now: float) -> bool:
+        """Whether the model has been idle `idle_unload` seconds: loaded, nothing running or
+        waiting, the last answer that long ago."""
+        return (self.idle_unload is not None and self.engine is not None and self.state == "ready"
+                and self.running == 0 and self.waiting == 0
+                and now - self.last_used >= self.idle_unload)
+
+    async def _unload(self) -> None:
+        """Free the model's memory (its worker ends; the prompt cache's disk tier keeps what it
+        parked); the next request loads it again (`_ensure`)."""
+        assert self._loading is not None
+        async with self._loading:
+            engine = self.engine
+            if engine is None or not self.due_for_unload(time.monotonic()):
+                return
+            self.engine = None
+            self.engine_status = {}
+            self.unloads += 1
+            await asyncio.get_running_loop().run_in_executor(self._executor, _ender(engine))
+            self._set("idle", None)
 
     def check_liveness(self, now: float) -> None:
         """Follow the worker's liveness (see the module docstring); call in the event loop."""
@@ -183,7 +213,10 @@ class EngineHost:
             return self.engine
         if self.state == "error" and self.error is not None:
             raise load_failed(self.error)
-        self.state = "loading"
+        if self.state == "idle":
+            self._set("loading", None)  # said: the model comes back for this request
+        else:
+            self.state = "loading"
         try:
             with anyio.CancelScope(shield=True):  # a client gone mid-load must not orphan the engine
                 self.engine = await asyncio.get_running_loop().run_in_executor(self._executor, self._open)
@@ -192,8 +225,9 @@ class EngineHost:
                 exc = PocketchatError(f"{type(exc).__name__}: {exc}")
             self._set("error", exc)
             raise load_failed(exc) from None
-        if self.restarts == 0:
+        if self.restarts == 0 and self.unloads == 0:
             self._fit_sequences(self.engine)
+        self.last_used = time.monotonic()
         self._set("ready", None)
         self.refresh_status()
         return self.engine
@@ -287,6 +321,7 @@ class EngineHost:
         finally:
             if turn.answers:
                 self._durations.append(time.monotonic() - started)
+            self.last_used = time.monotonic()
             places.release()
 
     def health(self) -> dict:
@@ -296,6 +331,10 @@ class EngineHost:
                       **self.engine_status}
         if self.one_at_a_time:
             body["parallel_note"] = self.one_at_a_time
+        if self.idle_unload is not None:
+            body["idle_unload_seconds"] = self.idle_unload
+            body["model_loaded"] = self.engine is not None
+            body["unloads"] = self.unloads
         if self.error is not None:
             body["error"] = self.error.message
         if self.state == "not_responding" and self.stuck is not None:

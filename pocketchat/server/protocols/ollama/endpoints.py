@@ -44,6 +44,8 @@ class _Generating(Endpoint):
     chat_shape = True
 
     async def answer(self, request: OllamaRequest, out: Responder) -> None:
+        if request.keep_alive is not None:  # this request says how long the model stays
+            self.host.idle_unload = None if request.keep_alive < 0 else request.keep_alive
         started = time.perf_counter()
         chat, model = request.chat, request.model or self.model_id
         if not self.chat_shape and request.raw is None and not chat.messages[-1].content:

@@ -42,6 +42,31 @@ class OllamaRequest:
     chat: ChatRequest
     model: str
     raw: str | None = None  # /api/generate with raw: the prompt, no template
+    keep_alive: float | None = None  # seconds to keep the model after it (-1: always); None: unsaid
+
+
+UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+
+
+def keep_alive(value: object) -> float | None:
+    """Ollama's `keep_alive` in seconds: a number of seconds, or a duration ("5m", "30s",
+    "1h", "1h30m"); negative keeps the model loaded; None when not given."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    text = str(value).strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    import re
+
+    parts = re.findall(r"(-?\d+(?:\.\d+)?)(ms|s|m|h)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise bad(f"'keep_alive' {text!r} is not a duration: give seconds, or e.g. \"5m\", "
+                  "\"30s\", \"1h\" (negative: keep the model loaded)", "keep_alive", "invalid_value")
+    return sum(float(n) * UNITS[u] for n, u in parts)
 
 
 def _options(data: dict) -> dict[str, Any]:
@@ -148,7 +173,7 @@ def chat_request(data: dict) -> OllamaRequest:
     """An `/api/chat` request from its JSON object; ApiError (400) names the first bad field."""
     CHAT.check(data)
     return OllamaRequest(_request(data, _messages(data["messages"]), _tools(data)),
-                         data.get("model") or "")
+                         data.get("model") or "", keep_alive=keep_alive(data.get("keep_alive")))
 
 
 def generate_request(data: dict) -> OllamaRequest:
@@ -163,9 +188,11 @@ def generate_request(data: dict) -> OllamaRequest:
     prompt = data.get("prompt") or ""
     if data.get("raw"):
         chat = _request({**data, "think": False}, ())
-        return OllamaRequest(chat, data.get("model") or "", raw=prompt)
+        return OllamaRequest(chat, data.get("model") or "", raw=prompt,
+                             keep_alive=keep_alive(data.get("keep_alive")))
     messages = with_system((data.get("system") or "",), (Message("user", prompt),))
-    return OllamaRequest(_request(data, messages), data.get("model") or "")
+    return OllamaRequest(_request(data, messages), data.get("model") or "",
+                         keep_alive=keep_alive(data.get("keep_alive")))
 
 
 def parse_chat(body: bytes) -> OllamaRequest:
