@@ -74,7 +74,8 @@ class Streamed:
                 raise item
             if item.finish_reason is not None:
                 self.finished = True
-                note_answer(item.stats)
+                if item.finish_reason != "error":  # a refused answer read and wrote nothing
+                    note_answer(item.stats)
             yield item
 
     def cancel(self) -> None:
