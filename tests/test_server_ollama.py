@@ -74,8 +74,11 @@ def test_a_format_schema_is_enforced(client):
     r = client.chat(model="m", messages=[{"role": "user", "content": "Is it ok? Answer in JSON."}],
                     format=SMALL, options={"num_predict": 200, "temperature": 0})
     jsonschema.validate(json.loads(r.message.content), SMALL)
-    r = client.chat(model="m", messages=ASK, format="json", options={"num_predict": 200})
-    assert isinstance(json.loads(r.message.content), dict)
+    r = client.chat(model="m", messages=ASK, format="json", options={"num_predict": 600,
+                                                                    "temperature": 0})
+    assert r.message.content.lstrip().startswith("{")  # an object, whole unless cut by the cap
+    if r.done_reason == "stop":
+        assert isinstance(json.loads(r.message.content), dict)
 
 
 def test_list_show_ps_and_version(client, starter):
