@@ -4,7 +4,6 @@ reads only what follows a long system prompt it read before (`cached_tokens`).""
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
@@ -37,21 +36,12 @@ def ask(srv) -> tuple[int, int]:
     return reply.usage.prompt_tokens, reply.usage.prompt_tokens_details.cached_tokens
 
 
-def disk_after(srv, key: str, at_least: int, timeout: float = 30) -> dict:
-    """/health's disk figures once `key` counts `at_least` (they are asked after each answer)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        _, body = srv.get("/health")
-        disk = body.get("cache", {}).get("disk", {})
-        if disk.get(key, 0) >= at_least or time.monotonic() > deadline:
-            return disk
-        time.sleep(0.05)
 
 
 def test_health_shows_the_disk_tier_beside_the_ram_tier(gguf, tmp_path):
     with serve(gguf, tmp_path, "--prompt-cache-disk-mb", "0") as srv:
         ask(srv)
-        disk = disk_after(srv, "budget", 0)
+        disk = srv.disk_after("budget", 0)
         _, body = srv.get("/health")
     cache = body["cache"]
     assert {"entries", "bytes", "budget", "hits"} <= set(cache)
@@ -61,9 +51,9 @@ def test_health_shows_the_disk_tier_beside_the_ram_tier(gguf, tmp_path):
 def test_a_restarted_server_reads_only_what_follows_the_system_prompt(gguf, tmp_path):
     with serve(gguf, tmp_path, "--prompt-cache-disk-mb", "64") as srv:
         total, cached = ask(srv)
-        first = disk_after(srv, "writes", 1)
+        first = srv.disk_after("writes", 1)
     assert cached == 0 and first["writes"] == 1 and first["budget"] == 64 * 1024**2
     with serve(gguf, tmp_path, "--prompt-cache-disk-mb", "64") as srv:
         again, cached = ask(srv)
-        second = disk_after(srv, "hits", 1)
+        second = srv.disk_after("hits", 1)
     assert again == total and cached >= len(SYSTEM) - 64 and second["hits"] == 1

@@ -174,14 +174,6 @@ def ask(srv, messages, **extra) -> tuple[int, int]:
     return r.usage.prompt_tokens, r.usage.prompt_tokens_details.cached_tokens
 
 
-def disk_after(srv, key: str, at_least: int, timeout: float = 60) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        _, body = srv.get("/health")
-        disk = body.get("cache", {}).get("disk", {})
-        if disk.get(key, 0) >= at_least or time.monotonic() > deadline:
-            return disk
-        time.sleep(0.05)
 
 
 def test_a_restarted_server_reads_only_what_follows_the_agent_prompt(gguf, tmp_path):
@@ -191,12 +183,12 @@ def test_a_restarted_server_reads_only_what_follows_the_agent_prompt(gguf, tmp_p
                 {"role": "user", "content": "List the files of this project."}]
     with serve(gguf, tmp_path, "--prompt-cache-disk-mb", "256") as srv:
         total, cached = ask(srv, messages, tools=tools)
-        first = disk_after(srv, "writes", 1)
+        first = srv.disk_after("writes", 1)
     assert total > 5000 and cached == 0 and first["writes"] >= 1, (total, first)
     with serve(gguf, tmp_path, "--prompt-cache-disk-mb", "256") as srv:
         messages[1]["content"] = "Now read the README."
         again, cached = ask(srv, messages, tools=tools)
-        second = disk_after(srv, "hits", 1)
+        second = srv.disk_after("hits", 1)
     assert cached >= 0.9 * again and second["hits"] >= 1, (again, cached, second)
 
 

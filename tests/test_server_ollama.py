@@ -162,15 +162,6 @@ def _rss_kb(pid: int) -> int:
     return 0
 
 
-def _health_until(srv, ok, timeout: float = 30) -> dict:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while True:
-        _, body = srv.get("/health")
-        if ok(body) or time.monotonic() > deadline:
-            return body
-        time.sleep(0.1)
 
 
 def test_an_idle_model_is_unloaded_and_the_next_request_loads_it_again(tmp_path):
@@ -192,7 +183,7 @@ def test_an_idle_model_is_unloaded_and_the_next_request_loads_it_again(tmp_path)
         workers = subprocess.run(["pgrep", "-P", str(srv.pid)], capture_output=True,
                                  text=True).stdout.split()
         assert workers
-        idle = _health_until(srv, lambda b: b.get("status") == "idle")
+        idle = srv.health_until(lambda b: b.get("status") == "idle")
         assert idle["status"] == "idle" and idle["model_loaded"] is False and idle["unloads"] == 1
         assert not [w for w in workers if subprocess.run(["kill", "-0", w]).returncode == 0]
         assert _rss_kb(srv.pid) < 300 * 1024, _rss_kb(srv.pid)
@@ -203,4 +194,4 @@ def test_an_idle_model_is_unloaded_and_the_next_request_loads_it_again(tmp_path)
         assert "unloaded after 0.03 min without a request" in log and "loaded again" in log
         # Ollama's own unload call: keep_alive 0
         client.generate(model="m", prompt="", keep_alive=0)
-        assert _health_until(srv, lambda b: b.get("status") == "idle")["status"] == "idle"
+        assert srv.health_until(lambda b: b.get("status") == "idle")["status"] == "idle"

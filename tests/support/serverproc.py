@@ -71,6 +71,21 @@ class ServerProcess:
             time.sleep(0.1)
         raise TimeoutError(f"the model did not load in {timeout} s: {self.log()}")
 
+    def health_until(self, ok, timeout: float = 30) -> dict:
+        """/health's body once `ok(body)` holds, or the last one after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            _, body = self.get("/health")
+            if ok(body) or time.monotonic() > deadline:
+                return body
+            time.sleep(0.05)
+
+    def disk_after(self, key: str, at_least: int, timeout: float = 60) -> dict:
+        """/health's disk-tier figures once `key` counts `at_least` (asked after each answer)."""
+        body = self.health_until(
+            lambda b: b.get("cache", {}).get("disk", {}).get(key, 0) >= at_least, timeout)
+        return body.get("cache", {}).get("disk", {})
+
     def get(self, path: str, headers: dict | None = None, timeout: float = 10) -> tuple[int, dict]:
         return self.request("GET", path, None, headers, timeout)
 

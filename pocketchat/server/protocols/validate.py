@@ -26,6 +26,17 @@ TYPE_WORDS = {"integer": "an integer", "number": "a number", "string": "a string
               "boolean": "true or false", "object": "an object", "array": "a list"}
 
 
+def said(exc: ApiError, param_label: str | None = None) -> str:
+    """A refusal's text for the wire: its message, its hint after it, and (for protocols
+    whose error has no `param` field) the field named as `(param_label: NAME)`."""
+    message = exc.message
+    if exc.hint:
+        message += ("" if message.endswith((".", "!", "?")) else ".") + " " + exc.hint
+    if param_label and exc.param:
+        message += f" ({param_label}: {exc.param})"
+    return message
+
+
 def bad(message: str, param: str | None = None, code: str | None = None) -> ApiError:
     return ApiError(message, status=400, param=param, code=code)
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from pocketchat.engines.types import Stats, ToolCall
 from pocketchat.errors import ApiError
+from pocketchat.server.protocols.validate import said
 from pocketchat.server.protocols.sealed import seal
 
 Event = tuple[str, dict[str, Any]]  # (SSE event name, data)
@@ -19,11 +20,7 @@ ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "
 
 def error_body(exc: ApiError) -> dict[str, Any]:
     """`{"type": "error", "error": {"type", "message"}}` (the type from the HTTP status)."""
-    message = exc.message
-    if exc.hint:
-        message += ("" if message.endswith((".", "!", "?")) else ".") + " " + exc.hint
-    if exc.param:
-        message += f" (param: {exc.param})"
+    message = said(exc, "param")
     kind = ERROR_TYPES.get(exc.status, "api_error" if exc.status >= 500 else "invalid_request_error")
     return {"type": "error", "error": {"type": kind, "message": message}}
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from pocketchat.engines.types import Stats, ToolCall
 from pocketchat.errors import ApiError
+from pocketchat.server.protocols.validate import said
 
 # The Ollama API version this server speaks (clients check it before using newer fields:
 # `think`, `format` schemas, tool calls).
@@ -25,12 +26,7 @@ def now() -> str:
 
 def error_body(exc: ApiError) -> dict[str, Any]:
     """Ollama's error: `{"error": "..."}` (the hint and the field named in the text)."""
-    message = exc.message
-    if exc.hint:
-        message += ("" if message.endswith((".", "!", "?")) else ".") + " " + exc.hint
-    if exc.param:
-        message += f" (field: {exc.param})"
-    return {"error": message}
+    return {"error": said(exc, "field")}
 
 
 def tool_calls(calls: tuple[ToolCall, ...] | list[ToolCall]) -> list[dict[str, Any]]:

@@ -7,6 +7,7 @@ from typing import Any, Sequence
 
 from pocketchat.engines.types import PromptProgress, Stats, TokenLogprob, ToolCall
 from pocketchat.errors import ApiError
+from pocketchat.server.protocols.validate import said
 
 
 def prompt_progress(progress: PromptProgress, stats: Stats) -> dict[str, int]:
@@ -52,10 +53,7 @@ def timings(stats: Stats) -> dict[str, Any]:
 
 def error_body(exc: ApiError) -> dict[str, Any]:
     """OpenAI's error object: `{"error": {"message", "type", "param", "code"}}`."""
-    message = exc.message
-    if exc.hint:
-        message += ("" if message.endswith((".", "!", "?")) else ".") + " " + exc.hint
-    return {"error": {"message": message, "type": exc.type, "param": exc.param, "code": exc.code}}
+    return {"error": {"message": said(exc), "type": exc.type, "param": exc.param, "code": exc.code}}
 
 
 def logprob_entries(lps: Sequence[TokenLogprob]) -> list[dict[str, Any]]:
