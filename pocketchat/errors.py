@@ -254,3 +254,19 @@ class ApiError(PocketchatError, ValueError):
         self.code = code
         self.param = param
         self.headers = dict(headers or {})
+
+
+class DocumentRefused(PocketchatError, ValueError):
+    """A file that cannot go into a conversation (a folder, unreadable, binary, an encrypted or
+    image-only PDF, empty, too large); the message names the file and says what is accepted;
+    `part` names the request part that carried it (e.g. "messages[0].content[1]")."""
+
+    code = "invalid_value"
+    hint = ("Attach text, Markdown, code, CSV, JSON, HTML or a PDF with a text layer "
+            "(at most the size the message gives).")
+
+    def __init__(self, message: str, *, name: str = "", part: str | None = None,
+                 hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.name = name
+        self.part = part

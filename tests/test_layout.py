@@ -14,17 +14,18 @@ BOTTOM = {"types", "errors", "paths", "textsafe", "filehold", "metal"}
 MAY_IMPORT = {
     "types": set(), "errors": set(), "paths": set(), "textsafe": set(), "filehold": set(), "metal": set(),
     "modelfile": BOTTOM,
+    "documents": BOTTOM | {"documents"},  # files into text, passages, retrieval: pure
     "rpc": BOTTOM | {"rpc"},  # llama.cpp's RPC backend and the ggml binding: below engines
     "select": BOTTOM | {"modelfile", "select", "rpc"},  # rpc: where llama.cpp's libraries are
-    "engines": BOTTOM | {"engines", "modelfile", "rpc"},
+    "engines": BOTTOM | {"engines", "modelfile", "rpc", "documents"},
     "store": BOTTOM | {"store", "select", "modelfile"},  # select: the catalog of build ids
-    "conversations": BOTTOM | {"engines"},  # Message/Stats only
+    "conversations": BOTTOM | {"documents", "engines"},  # Message/Stats only
     # choose: which model a command or the Python API runs (Selection -> file and load plan)
     "choose": BOTTOM | {"choose", "select", "store", "modelfile", "rpc", "engines"},
-    "server": BOTTOM | {"server", "engines"},
-    "ui": BOTTOM | {"ui", "engines", "select", "conversations"},
-    "api": BOTTOM | {"engines", "server", "select", "store", "modelfile", "rpc", "choose"},
-    "commands": BOTTOM | {"commands", "select", "modelfile", "rpc", "store", "engines", "ui", "server",
+    "server": BOTTOM | {"documents", "server", "engines"},
+    "ui": BOTTOM | {"documents", "ui", "engines", "select", "conversations"},
+    "api": BOTTOM | {"documents", "engines", "server", "select", "store", "modelfile", "rpc", "choose"},
+    "commands": BOTTOM | {"documents", "commands", "select", "modelfile", "rpc", "store", "engines", "ui", "server",
                           "api", "choose", "conversations"},
     "__init__": {"api"},  # `pocketchat.load`, imported on first use
     "cli": BOTTOM | {"commands", "choose", "__init__"},  # __init__: __version__
@@ -35,7 +36,7 @@ MAY_IMPORT = {
 # a circle.
 FLOORS = [
     {"types", "errors", "paths", "textsafe", "filehold", "metal"},
-    {"modelfile", "rpc"},
+    {"modelfile", "rpc", "documents"},
     {"select", "engines"},
     {"store", "conversations"},
     {"choose", "server", "ui"},

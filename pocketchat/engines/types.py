@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Literal, Protocol, Sequence, runtime_checkable
 
+from pocketchat.documents.attachment import Attachment
 from pocketchat.errors import EngineError, PocketchatError
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -33,6 +34,8 @@ class Message:
     tool_call_id: str | None = None  # a "tool" message: which call it answers
     name: str | None = None  # a "tool" message: the function's name, if given
     reasoning: str | None = None  # an assistant turn's reasoning_content (round trip)
+    # a user message's files, put before its text when the prompt is rendered (`documents`)
+    attachments: tuple[Attachment, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,10 @@ class ChatOptions:
     thinking_budget: int | None = None
     # A trailing assistant message in `messages` is a prefill: the answer continues it (its
     # text is not repeated in the chunks).
+    # Read ahead, answer nothing: evaluate the conversation up to where its last user message's
+    # own text begins (its attachments, read while the question is typed), keep the state there
+    # (a checkpoint, and the prompt cache), and end with a final chunk that generated nothing.
+    read_ahead: bool = False
 
 
 def tokens_per_step(steps: int, accepted: int) -> float:
@@ -124,6 +131,11 @@ class Stats:
     draft_steps: int = 0
     drafted_tokens: int = 0
     accepted_tokens: int = 0
+    # The attachments did not fit the context: passages were retrieved for the question.
+    # `retrieval` says so and how much was read ("" when every file went in whole);
+    # `sources` are the passages' places ("report.pdf, page 3"), in the files' order.
+    retrieval: str = ""
+    sources: tuple[str, ...] = ()
 
     @property
     def tokens_per_step(self) -> float:

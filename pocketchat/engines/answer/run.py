@@ -28,7 +28,7 @@ from pocketchat.engines.constrain.request import call_parser, token_control
 from pocketchat.engines.answer.context import reply_reserve
 from pocketchat.engines.answer.loop import CLOSING_LINE, Cancelled, Meter, Thought, steps
 from pocketchat.engines.answer.rate import RecentRate
-from pocketchat.engines.answer.render import PromptPlan, closing_tokens, plan_prompt
+from pocketchat.engines.answer.render import PromptPlan, ahead_plan, closing_tokens, plan_prompt
 from pocketchat.engines.answer.sampling import merge_sampling
 from pocketchat.engines.answer.settle import settle
 from pocketchat.engines.answer.thinking import CLOSE_TAG
@@ -79,6 +79,10 @@ def answer(engine: Any, messages: tuple[Message, ...], opts: ChatOptions,
     started = time.perf_counter()
     prepared, settled = engine._prepared, engine._settled
     engine._prepared, engine._settled = 0, False
+    if opts.read_ahead and prompt is None:
+        yield from read_ahead(engine, messages, opts, Progress(
+            PromptPlan([], messages, False, 0, None), started, prepared, settled=settled))
+        return
     try:
         plan, control, out = _setup(engine, messages, opts, prompt)
     except Exception as exc:  # noqa: BLE001 - a request it cannot take ends with an error chunk
@@ -162,13 +166,48 @@ def _produce(engine: Any, plan: PromptPlan, opts: ChatOptions, progress: Progres
             loop.close()
     return ("cancelled" if engine._cancel.is_set() else "stop"), Piece()
 
-def _read_prompt(engine: Any, plan: PromptPlan, start: int, progress: Progress
-                 ) -> Generator[Chunk, None, int]:
-    """Evaluate the prompt from `start` to before its last token (a piece also ends where
-    a long system message does, parked, and at `plan.stable`, checkpointed); a long one
-    piece by piece with a progress chunk first and after each; returns where it stopped."""
-    tokens, shared, stable = plan.tokens, plan.shared, plan.stable
-    end, at, began = len(tokens) - 1, start, time.perf_counter()
+def read_ahead(engine: Any, messages: tuple[Message, ...], opts: ChatOptions, progress: Progress
+               ) -> Iterator[Chunk]:
+    """`ChatOptions.read_ahead`: evaluate the conversation up to where its last user message's
+    own text begins (`render.ahead_plan`), as a prompt is read (progress chunks, checkpoint and
+    prompt cache at its end), then one final chunk; the next answer reads only the rest."""
+    try:
+        plan = ahead_plan(engine, messages, opts)
+    except Exception as exc:  # noqa: BLE001 - a conversation it cannot read ends with an error
+        yield Chunk.failed(exc, Stats(context_limit=engine.n_ctx), prefix=f"{engine.label} failed: ")
+        return
+    progress.plan = plan
+    tokens, finish = plan.tokens, "stop"
+    engine._meter = progress.meter
+    if tokens:
+        if engine.prompt_cache.prepare(engine.cache, tokens, leave=0, at_boundary=progress.settled):
+            progress.prepared = 0
+        progress.kept = start = engine.cache.prepare(tokens, leave=0).keep
+        try:
+            with engine.batcher.member(engine._seq):
+                yield from _read_prompt(engine, plan, start, progress, leave=0)
+        except Cancelled:
+            finish = "cancelled"
+        except Exception as exc:  # noqa: BLE001 - a failed reading ends with an error chunk
+            engine.cache.reset()
+            yield Chunk.failed(exc, stats(engine, progress, final=True),
+                               prefix=f"{engine.label} failed: ")
+            return
+        # the state ends where the next prompt goes on: what the next answer reuses
+        engine._prepared = progress.prepared + len(engine.cache.tokens) - start
+        engine._settled = finish == "stop"
+    yield Chunk(stats=replace(stats(engine, progress, final=True), stop_reason=finish),
+                finish_reason=finish)  # type: ignore[arg-type]
+
+
+def _read_prompt(engine: Any, plan: PromptPlan, start: int, progress: Progress, *,
+                 leave: int = 1) -> Generator[Chunk, None, int]:
+    """Evaluate the prompt from `start` to `leave` tokens before its end (a piece also ends
+    where a long system message or the asked message's attachments do, parked, and at
+    `plan.stable`, checkpointed); a long one piece by piece with a progress chunk first and
+    after each; returns where it stopped."""
+    tokens, shared, stable, attached = plan.tokens, plan.shared, plan.stable, plan.attached
+    end, at, began = len(tokens) - leave, start, time.perf_counter()
     piece = max(1, min(int(getattr(engine.plan, "n_batch", 512) or 512), engine.n_ctx))
     long = end - start + 1 > piece
 
@@ -179,13 +218,15 @@ def _read_prompt(engine: Any, plan: PromptPlan, start: int, progress: Progress
     if long:
         yield report()
     while at < end:
-        marks = [m for m in (shared, stable) if m is not None and at < m <= end]
+        marks = [m for m in (shared, stable, attached) if m is not None and at < m <= end]
         stop = min([end] + marks + ([at + piece] if long else []))
         engine.feed(tokens[at:stop])
         at = stop
         if at == shared:
             engine.prompt_cache.park(engine.cache.ops, tokens[:shared], shared=True)
-        if at == stable:
+        if at == attached:
+            engine.prompt_cache.park(engine.cache.ops, tokens[:attached], shared=True)
+        if at in (stable, attached):
             engine.cache.save_checkpoint()
         if long:
             yield report()
@@ -216,7 +257,14 @@ def stats(engine: Any, progress: Progress, *, final: bool = False) -> Stats:
                  prepared_tokens=min(progress.prepared, progress.kept),
                  recent_tok_s=progress.rate.tok_s(), threads=threads, threads_full=full,
                  threads_note=note, thinking_tokens=thought.tokens if thought else 0,
-                 thinking_end=thought.end if thought else "", **_draft_figures(engine))
+                 thinking_end=thought.end if thought else "", **_draft_figures(engine),
+                 **_retrieval(progress.plan))
+
+
+def _retrieval(plan: PromptPlan) -> dict[str, Any]:
+    if plan.retrieval is None:
+        return {}
+    return {"retrieval": plan.retrieval.note, "sources": plan.retrieval.sources}
 
 
 def _draft_figures(engine: Any) -> dict[str, int]:
