@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Mapping, Sequence, overload
 
+from pocketchat.documents import Attachment, attach, read_path
 from pocketchat.engines.types import (Answer, ChatOptions, Chunk, Engine, EngineInfo, FinishReason,
                                       Message, Stats, TokenLogprob, ToolCall)
 from pocketchat.errors import ApiError, EngineClosed, EngineError, PocketchatError, SessionBusy
@@ -198,7 +199,8 @@ class Session:
              response_format: Mapping[str, Any] | None = None, thinking: bool | int | None = None,
              max_tokens: int | None = None, temperature: float | None = None,
              top_p: float | None = None, seed: int | None = None, logprobs: int | None = None,
-             options: ChatOptions | None = None, timeout: float | None = None) -> ChatResult: ...
+             options: ChatOptions | None = None, timeout: float | None = None,
+             files: Sequence[str | Path | Attachment] = ()) -> ChatResult: ...
 
     @overload
     def chat(self, messages: Sequence[MessageLike], *, stream: Literal[True],
@@ -208,8 +210,8 @@ class Session:
              response_format: Mapping[str, Any] | None = None, thinking: bool | int | None = None,
              max_tokens: int | None = None, temperature: float | None = None,
              top_p: float | None = None, seed: int | None = None, logprobs: int | None = None,
-             options: ChatOptions | None = None, timeout: float | None = None
-             ) -> Iterator[Chunk]: ...
+             options: ChatOptions | None = None, timeout: float | None = None,
+             files: Sequence[str | Path | Attachment] = ()) -> Iterator[Chunk]: ...
 
     def chat(self, messages: Sequence[MessageLike], *, stream: bool = False,
              tools: Sequence[Mapping[str, Any]] | None = None,
@@ -218,8 +220,8 @@ class Session:
              response_format: Mapping[str, Any] | None = None, thinking: bool | int | None = None,
              max_tokens: int | None = None, temperature: float | None = None,
              top_p: float | None = None, seed: int | None = None, logprobs: int | None = None,
-             options: ChatOptions | None = None, timeout: float | None = None
-             ) -> ChatResult | Iterator[Chunk]:
+             options: ChatOptions | None = None, timeout: float | None = None,
+             files: Sequence[str | Path | Attachment] = ()) -> ChatResult | Iterator[Chunk]:
         """Answer the conversation: a `ChatResult`, or the typed chunks as they come (`stream`).
 
         `messages`: OpenAI-style dicts (assistant `tool_calls` and `reasoning_content`, `tool`
@@ -229,6 +231,9 @@ class Session:
         off); `logprobs=N` gives each token's
         logprob and N alternatives. `options` sets anything else (min_p, penalties, ...); the
         keywords given override it. Invalid input raises ApiError (a ValueError) naming it.
+        `files`: paths (or `documents.Attachment`s) for the last user message, read as the chat
+        reads them (DocumentRefused, a ValueError, for one it cannot take); files larger than
+        the context are answered from retrieved passages (`stats.retrieval`, `.sources`).
 
         A session answers one call at a time: a call from another thread while it answers
         waits its turn (at most `timeout` seconds, then SessionBusy; None waits as long as it
@@ -240,6 +245,12 @@ class Session:
             parallel_tool_calls=parallel_tool_calls, response_format=response_format,
             thinking=thinking, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
             seed=seed, logprobs=logprobs)
+        if files:
+            conversation = attach(conversation, [f if isinstance(f, Attachment) else read_path(f)
+                                                 for f in files])
+            if conversation is None:
+                raise ApiError("files are attached to a user message, and the conversation "
+                               "has none", param="files", code="invalid_value")
         chunks = self._answer(conversation, opts, timeout)
         return chunks if stream else _gather(chunks)
 
@@ -436,3 +447,4 @@ def _gather(chunks: Iterator[Chunk]) -> ChatResult:
         raise PocketchatError("the answer ended without a finish reason")
     return ChatResult(text="".join(text), thinking="".join(thinking), tool_calls=tuple(calls),
                       finish_reason=last.finish_reason, stats=last.stats, logprobs=tuple(lps))
+

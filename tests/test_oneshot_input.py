@@ -11,7 +11,7 @@ import pytest
 
 from pocketchat import cli, conversations, paths
 from pocketchat.commands import prompt_input
-from pocketchat.commands.prompt_input import combine, piped
+from pocketchat.commands.prompt_input import asked, piped
 
 
 # -- -p offline with nothing on disk ---------------------------------------------------------
@@ -75,12 +75,20 @@ def test_continue_keeps_a_model_that_is_there_or_given():
 # -- stdin and -p together ------------------------------------------------------------------
 
 
-def test_combine_puts_the_document_first_and_the_instruction_last():
-    assert combine("Summarize this.", "Line one.\nLine two.\n") == "Line one.\nLine two.\n\nSummarize this."
-    assert combine("Question?", None) == "Question?"
-    assert combine(None, "  piped question \n") == "piped question"
-    assert combine("Question?", "   \n") == "Question?"
-    assert combine("  ", "") == ""
+def test_a_pipe_with_a_question_is_a_document_and_alone_is_the_question(tmp_path):
+    import io
+
+    question, files = asked("Summarize this.", io.StringIO("Line one.\nLine two.\n"))
+    assert question == "Summarize this."
+    assert [(f.name, f.text) for f in files] == [("stdin", "Line one.\nLine two.\n")]
+    assert asked("Question?", None) == ("Question?", ())
+    assert asked(None, io.StringIO("  piped question \n")) == ("piped question", ())
+    assert asked("Question?", io.StringIO("   \n")) == ("Question?", ())
+    assert asked("  ", io.StringIO("")) == ("", ())
+    doc = tmp_path / "notes.md"
+    doc.write_text("# Notes\nThe launch is on Friday.\n")
+    question, files = asked("When?", io.StringIO("piped"), [doc])
+    assert [f.name for f in files] == ["stdin", "notes.md"] and files[1].kind == "markdown"
 
 
 def test_piped_reads_a_pipe_and_a_file_but_never_waits_on_a_terminal(tmp_path):
@@ -103,12 +111,12 @@ def test_piped_reads_a_pipe_and_a_file_but_never_waits_on_a_terminal(tmp_path):
 
 
 def test_question_from_a_real_pipe_in_a_child_process():
-    code = ("import sys; from pocketchat.commands.prompt_input import question; "
-            "print(repr(question(sys.argv[1], sys.stdin)))")
+    code = ("import sys; from pocketchat.commands.prompt_input import asked; "
+            "q, files = asked(sys.argv[1], sys.stdin); print(repr((q, files[0].name, files[0].text)))")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     done = subprocess.run([sys.executable, "-c", code, "What is it about?"], input="A report.\n",
                           capture_output=True, text=True, env=env, timeout=60)
-    assert done.stdout.strip() == repr("A report.\n\nWhat is it about?"), done.stderr
+    assert done.stdout.strip() == repr(("What is it about?", "stdin", "A report.\n")), done.stderr
     assert prompt_input.__doc__ and "ollama" in prompt_input.__doc__
 
 
@@ -123,5 +131,6 @@ def test_the_one_shot_command_asks_about_the_piped_document():
     os.close(write)
     with os.fdopen(read) as stdin:
         args = argparse.Namespace(prompt="When is the meeting?")
-        asked = oneshot.read_prompt(args, stdin)
-    assert asked == "The meeting moved to Tuesday.\n\nWhen is the meeting?"
+        question, files = oneshot.read_prompt(args, stdin)
+    assert question == "When is the meeting?"
+    assert [(f.name, f.text) for f in files] == [("stdin", "The meeting moved to Tuesday.\n")]

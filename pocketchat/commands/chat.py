@@ -31,6 +31,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("-p", "--prompt", metavar="TEXT",
                    help="answer this one question on stdout and exit (also when stdin or stdout is not "
                         "a terminal: echo QUESTION | pocketchat)")
+    p.add_argument("--file", dest="files", action="append", metavar="PATH",
+                   help="attach a file (text, Markdown, code, CSV, JSON, HTML, PDF) to the question; "
+                        "repeat for several")
     p.add_argument("--show-thinking", dest="show_thinking", action="store_true",
                    help="with -p or a pipe: write the model's thinking to stderr (default: dropped)")
     add_prompt_cache_disk_arg(p)

@@ -1,4 +1,5 @@
-"""One question, one answer on stdout: `pocketchat -p "question"` or `echo "question" | pocketchat`.
+"""One question, one answer on stdout: `pocketchat -p "question"` or `echo "question" | pocketchat`,
+with files: `pocketchat -p "question" --file report.pdf`, `cat notes.md | pocketchat -p "summarise"`.
 
 Used when a prompt is given with -p, or when stdin or stdout is not a terminal (a pipe, a file):
 the chat's full-screen app would write screen codes into the file and wait for keys that never
@@ -21,6 +22,7 @@ from pocketchat.errors import UsageError
 from pocketchat.textsafe import visible
 
 if TYPE_CHECKING:
+    from pocketchat.documents import Attachment
     from pocketchat.engines.types import Chunk
 
 NO_TERMINAL_HINT = ('Ask one question with -p "QUESTION" (or pipe it in: echo "QUESTION" | pocketchat); '
@@ -50,19 +52,25 @@ def check_source(args: argparse.Namespace, stdin: TextIO | None = None) -> None:
                          hint=NO_TERMINAL_HINT)
 
 
-def read_prompt(args: argparse.Namespace, stdin: TextIO | None = None) -> str:
-    """The question: -p TEXT and/or all of a piped stdin (the document, -p the instruction after
-    it: `prompt_input.question`); UsageError when it is empty."""
+def read_prompt(args: argparse.Namespace, stdin: TextIO | None = None
+                ) -> tuple[str, tuple[Attachment, ...]]:
+    """(the question, its attachments): -p TEXT, a piped stdin (a document with -p, else the
+    question) and --file (`prompt_input.asked`); UsageError when nothing is asked,
+    DocumentRefused for a file that cannot be attached."""
     from pocketchat.commands import prompt_input
+    from pocketchat.errors import DocumentRefused
 
     check_source(args, stdin)
     try:
-        text = prompt_input.question(args.prompt, stdin or sys.stdin)
+        text, files = prompt_input.asked(args.prompt, stdin or sys.stdin,
+                                         getattr(args, "files", None) or ())
+    except DocumentRefused:
+        raise
     except (OSError, ValueError):  # stdin closed or unreadable
-        text = ""
-    if not text.strip():
+        text, files = "", ()
+    if not text.strip() and not files:
         raise UsageError("no question: the prompt is empty", hint=NO_TERMINAL_HINT)
-    return text.strip()
+    return text.strip(), files
 
 
 def run(args: argparse.Namespace, sel: Selection) -> int:
@@ -71,8 +79,8 @@ def run(args: argparse.Namespace, sel: Selection) -> int:
     from pocketchat.commands.download import choose_on_terminal
 
     check_source(args)  # before the model is chosen: a missing question is said at once
+    question, files = read_prompt(args)  # a file it cannot read is said before the model loads
     choice = choose_on_terminal(sel)
-    question = read_prompt(args)
     thinking = api_thinking(args, choice, sel)
     for note in choice.plan.notes:
         print(visible(f"note: {note}"), file=sys.stderr)
@@ -87,7 +95,7 @@ def run(args: argparse.Namespace, sel: Selection) -> int:
         messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
             {"role": "user", "content": question}]
         try:
-            return _stream(session.chat(messages, stream=True, thinking=thinking),
+            return _stream(session.chat(messages, stream=True, thinking=thinking, files=files),
                            show_thinking=args.show_thinking, status=status)
         except KeyboardInterrupt:
             session.cancel()
@@ -118,12 +126,24 @@ def _stream(chunks: Iterator[Chunk], *, show_thinking: bool, status: StatusLine 
             status.clear()
             ends_with_newline, thinking_open = _write(chunk, show_thinking, ends_with_newline,
                                                       thinking_open)
+            if chunk.finish_reason is not None and chunk.stats and chunk.stats.retrieval:
+                _sources(chunk.stats, ends_with_newline)
+                ends_with_newline = True
     finally:
         status.clear()
     if not ends_with_newline:
         out.write("\n")
     out.flush()
     return 0
+
+
+def _sources(stats, ends_with_newline: bool) -> None:
+    """Retrieval was used: say so, and the passages' places, on stderr (stdout is the answer)."""
+    if not ends_with_newline:
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+    print(visible(f"note: {stats.retrieval}"), file=sys.stderr)
+    print(visible("sources: " + "; ".join(stats.sources)), file=sys.stderr)
 
 
 def _write(chunk: Chunk, show_thinking: bool, ends_with_newline: bool, thinking_open: bool

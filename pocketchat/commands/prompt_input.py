@@ -1,24 +1,24 @@
-"""The question of a one-shot run, from -p and what is piped in.
+"""The question of a one-shot run, from -p, what is piped in, and --file.
 
-`echo TEXT | pocketchat -p "QUESTION"` uses both, as `llm` and `ollama run` do: the piped text
-is the document, the -p text the instruction after it. Either one alone is the question.
+`cat notes.md | pocketchat -p "summarise"` uses both, as `llm` and `ollama run` do: the piped
+bytes are a document (attached as the file "stdin", read like any file: text or PDF), the -p
+text the question about it. Either one alone is the question. `--file PATH` attaches files.
+Files are read before the model is loaded, so a refused one costs nothing.
 """
 
 from __future__ import annotations
 
 import os
 import stat
-from typing import TextIO
+from pathlib import Path
+from typing import BinaryIO, Sequence, TextIO
+
+from pocketchat.documents import Attachment, from_bytes, read_path
+
+STDIN_NAME = "stdin"
 
 
-def combine(instruction: str | None, document: str | None) -> str:
-    """The prompt: the document, a blank line, then the instruction (stripped; either may be
-    missing or blank, then the other is the whole prompt)."""
-    parts = [text.strip() for text in (document, instruction) if text and text.strip()]
-    return "\n\n".join(parts)
-
-
-def piped(stdin: TextIO | None) -> str | None:
+def piped_bytes(stdin: TextIO | BinaryIO | None) -> bytes | None:
     """All of stdin when it is a pipe or a file; None for a terminal, a closed or absent stdin
     (nothing is waited for from a keyboard)."""
     if stdin is None:
@@ -32,20 +32,37 @@ def piped(stdin: TextIO | None) -> str | None:
     return _read(stdin)
 
 
-def question(instruction: str | None, stdin: TextIO | None) -> str:
-    """What a one-shot run asks: -p TEXT and/or the piped text (see `combine`)."""
-    return combine(instruction, piped(stdin))
+def piped(stdin: TextIO | None) -> str | None:
+    """What `piped_bytes` reads, as text."""
+    data = piped_bytes(stdin)
+    return None if data is None else data.decode("utf-8", errors="replace")
 
 
-def _is_tty(stream: TextIO) -> bool:
+def asked(instruction: str | None, stdin: TextIO | None, files: Sequence[str | Path] = ()
+          ) -> tuple[str, tuple[Attachment, ...]]:
+    """(the question, its attachments): with -p, a pipe is a document and -p the question;
+    without it, the pipe is the question. DocumentRefused for a file that cannot be read."""
+    attachments = [read_path(f) for f in files]
+    data = piped_bytes(stdin)
+    if instruction is not None and instruction.strip():
+        if data is not None and data.strip():
+            attachments.insert(0, from_bytes(data, STDIN_NAME))
+        return instruction.strip(), tuple(attachments)
+    text = data.decode("utf-8", errors="replace") if data is not None else (instruction or "")
+    return text.strip(), tuple(attachments)
+
+
+def _is_tty(stream: TextIO | BinaryIO) -> bool:
     try:
         return bool(stream.isatty())
     except (OSError, ValueError, AttributeError):
         return False
 
 
-def _read(stream: TextIO) -> str | None:
+def _read(stream: TextIO | BinaryIO) -> bytes | None:
     try:
-        return stream.read()
+        raw = getattr(stream, "buffer", None)
+        data = raw.read() if raw is not None else stream.read()
     except (OSError, ValueError):  # closed or unreadable
         return None
+    return data.encode("utf-8") if isinstance(data, str) else data

@@ -9,7 +9,7 @@ server's protocols, the command line, the Python API) puts a file into a prompt 
 and a document's tokens are the same wherever it came from (what the prompt cache keys on).
 """
 
-from pocketchat.documents.attachment import Attachment
+from pocketchat.documents.attachment import Attachment, attach
 from pocketchat.documents.extract import ACCEPTED, from_bytes, read_path
 
-__all__ = ["ACCEPTED", "Attachment", "from_bytes", "read_path"]
+__all__ = ["ACCEPTED", "Attachment", "attach", "from_bytes", "read_path"]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, Sequence, TypeVar
+
+M = TypeVar("M")  # a message: anything with `role` and `attachments` (engines.types.Message)
 
 
 @dataclass(frozen=True)
@@ -33,3 +35,13 @@ class Attachment:
     def excerpted(self, text: str, excerpt: str) -> Attachment:
         """This file with only `text` (chosen passages) in the prompt, `excerpt` saying which."""
         return replace(self, text=text, excerpt=excerpt)
+
+
+def attach(messages: Sequence[M], attachments: Sequence[Attachment]) -> tuple[M, ...] | None:
+    """`messages` with `attachments` added to the last user message's; None without one."""
+    for i in range(len(messages) - 1, -1, -1):
+        m: Any = messages[i]
+        if m.role == "user":
+            return (*messages[:i], replace(m, attachments=(*m.attachments, *attachments)),
+                    *messages[i + 1:])
+    return None

@@ -35,6 +35,16 @@ class Retrieval:
                 f"({share:.0f}% of the text) were retrieved for the question")
 
 
+def _places(passages: Sequence[Passage]) -> str:
+    """"pages 3, 7, 12" or "lines 1-10, 241-248" (each page once); "none"."""
+    if not passages:
+        return "none"
+    if all(p.page for p in passages):
+        pages = list(dict.fromkeys(p.page for p in passages))
+        return ("page " if len(pages) == 1 else "pages ") + ", ".join(map(str, pages))
+    return ", ".join(p.where for p in passages).replace(", lines ", ", ")
+
+
 def _heading(p: Passage) -> str:
     return f"[{p.where}]"
 
@@ -60,7 +70,7 @@ def choose(attachments: Sequence[Attachment], question: str, room: int,
     for k, a in enumerate(attachments):
         mine = [p for i, (owner, p) in enumerate(flat) if owner == k and i in chosen]
         text = "\n\n".join(f"{_heading(p)}\n{p.text}" for p in mine)
-        places = ", ".join(p.where for p in mine) or "none"
+        places = _places(mine)
         out.append(a.excerpted(text, f"{len(mine)} of {len(per[k])} passages: {places}"))
         sources += [f"{a.name}, {p.where}" for p in mine]
     chars = sum(len(p.text) for _, p in flat)

@@ -177,12 +177,13 @@ def ahead_plan(engine: Any, messages: tuple[Message, ...], opts: ChatOptions) ->
     head = (_probed(engine, messages[:-1], opts.thinking, opts, last.attachments)
             if last is not None and last.role == "user" else [])
     budget = engine.n_ctx - reply_reserve(engine.n_ctx, opts.max_tokens)
-    if len(head) > budget:
-        head = []
+    whole = len(head)
+    if whole > budget:
+        head = []  # `whole` says how long it would have been
     end = len(head) or None
     # shared_end wants a mark before the prompt's end: the read-ahead's ends where it does
     shared = shared_end(engine, messages, [*head, -1], opts) if head else None
-    return PromptPlan(head, messages, False, 0, end, None, shared, len(head), end)
+    return PromptPlan(head, messages, False, 0, end, None, shared, whole, end)
 
 
 def shared_end(engine: Any, messages: tuple[Message, ...], tokens: list[int], opts: ChatOptions

@@ -35,6 +35,10 @@ from pocketchat.engines.answer.thinking import CLOSE_TAG
 from pocketchat.engines.types import ChatOptions, Chunk, Message, PromptProgress, Stats, StopReason
 
 
+AHEAD_TOO_LONG = ("the files do not fit the context: nothing was read ahead, and passages will "
+                  "be retrieved for the question")
+
+
 @dataclass
 class Progress:
     """One answer's figures as it goes (what its chunks' stats are made of)."""
@@ -196,8 +200,10 @@ def read_ahead(engine: Any, messages: tuple[Message, ...], opts: ChatOptions, pr
         # the state ends where the next prompt goes on: what the next answer reuses
         engine._prepared = progress.prepared + len(engine.cache.tokens) - start
         engine._settled = finish == "stop"
-    yield Chunk(stats=replace(stats(engine, progress, final=True), stop_reason=finish),
-                finish_reason=finish)  # type: ignore[arg-type]
+    figures = replace(stats(engine, progress, final=True), stop_reason=finish)
+    if not tokens and plan.whole:
+        figures = replace(figures, retrieval=AHEAD_TOO_LONG)
+    yield Chunk(stats=figures, finish_reason=finish)  # type: ignore[arg-type]
 
 
 def _read_prompt(engine: Any, plan: PromptPlan, start: int, progress: Progress, *,
