@@ -211,7 +211,8 @@ def _read_prompt(engine: Any, plan: PromptPlan, start: int, progress: Progress, 
     """Evaluate the prompt from `start` to `leave` tokens before its end (a piece also ends
     where a long system message or the asked message's attachments do, parked, and at
     `plan.stable`, checkpointed); a long one piece by piece with a progress chunk first and
-    after each; returns where it stopped."""
+    after each (a read-ahead, `leave` 0, checkpointed after each: a state that cannot be cut
+    back keeps what was read when Enter stops it mid-step); returns where it stopped."""
     tokens, shared, stable, attached = plan.tokens, plan.shared, plan.stable, plan.attached
     end, at, began = len(tokens) - leave, start, time.perf_counter()
     piece = max(1, min(int(getattr(engine.plan, "n_batch", 512) or 512), engine.n_ctx))
@@ -232,8 +233,8 @@ def _read_prompt(engine: Any, plan: PromptPlan, start: int, progress: Progress, 
             engine.prompt_cache.park(engine.cache.ops, tokens[:shared], shared=True)
         if at == attached:
             engine.prompt_cache.park(engine.cache.ops, tokens[:attached], shared=True)
-        if at in (stable, attached):
-            engine.cache.save_checkpoint()
+        if at in (stable, attached) or (leave == 0 and long):
+            engine.cache.save_checkpoint()  # a read-ahead stopped mid-step loses one piece
         if long:
             yield report()
     return at
