@@ -79,8 +79,8 @@ def run(args: argparse.Namespace, sel: Selection) -> int:
     from pocketchat.commands.download import choose_on_terminal
 
     check_source(args)  # before the model is chosen: a missing question is said at once
-    question, files = read_prompt(args)  # a file it cannot read is said before the model loads
     choice = choose_on_terminal(sel)
+    question, files = read_prompt(args)  # a file it cannot read is said before the model loads
     thinking = api_thinking(args, choice, sel)
     for note in choice.plan.notes:
         print(visible(f"note: {note}"), file=sys.stderr)
