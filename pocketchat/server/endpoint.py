@@ -29,7 +29,7 @@ from pocketchat.server.protocols.openai.encode import error_body as openai_error
 from pocketchat.server.reply import Delta, Reply
 from pocketchat.server.thinking import ServerThinking
 
-MAX_BODY_BYTES = 4 * 1024 * 1024
+MAX_BODY_BYTES = 4 * 1024 * 1024  # files come base64 inside it: up to about 3 MiB each
 log = logging.getLogger("pocketchat.server")
 DRAIN_FACTOR = 16
 STREAM_GRACE = 0.5  # seconds a stream under way has to end by itself when the server stops
@@ -131,9 +131,14 @@ async def read_body(scope: dict, receive: Callable, limit: int) -> bytes:
         if not message.get("more_body") or size > DRAIN_FACTOR * limit:
             break
     if size > limit:
-        raise ApiError(f"the request body is larger than the limit of {limit // 1024} KiB",
-                       status=413, code="request_too_large")
+        raise ApiError(f"the request body is larger than the limit of {_size(limit)}: a file "
+                       "sent in it (base64, a third larger than the file) can be up to about "
+                       f"{_size(limit * 3 // 4)}", status=413, code="request_too_large")
     return b"".join(parts)
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:g} MiB" if n >= 2**20 else f"{n // 1024} KiB"
 
 
 def unsupported_error(exc: UnsupportedRequest) -> ApiError:

@@ -1,5 +1,7 @@
 """Anthropic's answers: the message body, the stream's events, usage, stop reasons and
-errors in the shapes its clients read (schema.py describes the bodies)."""
+errors in the shapes its clients read (schema.py describes the bodies). When the files did
+not fit the context, the message (and the stream's message_start and message_delta) carries
+pocketchat's `pocketchat` object (files.py): what was retrieved, and from where."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Any
 
 from pocketchat.engines.types import Stats, ToolCall
 from pocketchat.errors import ApiError
+from pocketchat.server.protocols.files import retrieval_field
 from pocketchat.server.protocols.validate import said
 from pocketchat.server.protocols.sealed import seal
 
@@ -71,7 +74,7 @@ def message(mid: str, model: str, content: list[dict], stats: Stats | None,
             reason: str | None = None, sequence: str | None = None) -> dict[str, Any]:
     return {"id": mid, "type": "message", "role": "assistant", "model": model, "content": content,
             "stop_reason": reason, "stop_sequence": sequence,
-            "usage": usage(stats or Stats())}
+            "usage": usage(stats or Stats()), **retrieval_field(stats)}
 
 
 def message_body(mid: str, model: str, text: str, thought: str, calls: list[ToolCall],
@@ -155,6 +158,6 @@ class MessageStream:
         reason, sequence = stop_reason(finish, matched)
         events.append(("message_delta", {"type": "message_delta",
                                          "delta": {"stop_reason": reason, "stop_sequence": sequence},
-                                         "usage": usage(stats)}))
+                                         "usage": usage(stats), **retrieval_field(stats)}))
         events.append(("message_stop", {"type": "message_stop"}))
         return events

@@ -4,7 +4,10 @@
 - `system` (text or blocks) and any `system` message go in one system turn at the start.
 - user content: text blocks are the user's message; each `tool_result` becomes a tool result
   (its text joined; `is_error` says so in it) answering a `tool_use` of the assistant turn
-  before; images and documents are refused (a text model).
+  before; each `document` a file on the user message's `attachments` (files.py: a base64,
+  text or content source; `title` its name; `context` and `citations` accepted, and unused:
+  the answer carries no citations); url and file sources, images and search results are
+  refused (a text model, offline).
 - assistant content: text, `tool_use` (its `input` written as the JSON arguments), `thinking`
   (its text, or the thought sealed in its `signature` when the text was omitted) as the
   turn's reasoning; a trailing assistant message is a prefill.
@@ -22,9 +25,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from pocketchat.documents import Attachment
 from pocketchat.engines.types import ChatOptions, Message, ToolCall
 from pocketchat.server.protocols.anthropic.schema import COMPONENTS
 from pocketchat.server.protocols.conversation import check_results, with_system
+from pocketchat.server.protocols.files import from_base64, from_text, not_here
 from pocketchat.server.protocols.sealed import damaged, unseal
 from pocketchat.server.protocols.validate import Schema, bad, parse_json
 from pocketchat.server.request import ChatRequest
@@ -32,7 +37,7 @@ from pocketchat.server.thinking import EFFORT_BUDGETS, effort_thinking
 
 MESSAGES = Schema(COMPONENTS, "AnthropicMessagesRequest")
 COUNT = Schema(COMPONENTS, "AnthropicCountTokensRequest")
-UNSUPPORTED = {"image": "images", "document": "documents", "search_result": "search results"}
+UNSUPPORTED = {"image": "images", "search_result": "search results"}
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,23 @@ def _text(blocks: Any, where: str) -> str:
             raise bad(f"'{where}[{i}]' is {UNSUPPORTED[kind][:-1]}: {UNSUPPORTED[kind]} are not "
                       "supported by this model (it reads text only)", f"{where}[{i}].type",
                       "unsupported_content")
+        elif kind == "document":
+            raise bad(f"'{where}[{i}]' is a document here: documents go in a user turn's "
+                      "content, beside its text", f"{where}[{i}]", "invalid_value")
     return "".join(parts)
+
+
+def _document(block: dict, where: str) -> Attachment:
+    """A `document` block's file (its `title` the name)."""
+    source = block["source"]
+    name = (block.get("title") or "document").replace("/", "-").replace("\\", "-")
+    if source["type"] == "base64":
+        return from_base64(source["data"], name, source.get("media_type"), where)
+    if source["type"] == "text":
+        return from_text(source["data"], name, source.get("media_type"), where)
+    content = source["content"]
+    text = content if isinstance(content, str) else "\n\n".join(b["text"] for b in content)
+    return from_text(text, name, "text/plain", where)
 
 
 def _user(content: Any, where: str) -> list[tuple[Message, str]]:
@@ -67,8 +88,11 @@ def _user(content: Any, where: str) -> list[tuple[Message, str]]:
         return [(Message("user", content), where)]
     out: list[tuple[Message, str]] = []
     texts: list[dict] = []
+    files: list[Attachment] = []
     for i, block in enumerate(content):
-        if block["type"] == "tool_result":
+        if block["type"] == "document":
+            files.append(_document(block, f"{where}[{i}]"))
+        elif block["type"] == "tool_result":
             at = f"{where}[{i}]"
             result = _text(block.get("content", ""), f"{at}.content")
             if block.get("is_error"):
@@ -76,8 +100,8 @@ def _user(content: Any, where: str) -> list[tuple[Message, str]]:
             out.append((Message("tool", result, tool_call_id=block["tool_use_id"]), at))
         else:
             texts.append(block)
-    if texts or not out:
-        out.append((Message("user", _text(texts, where)), where))
+    if texts or files or not out:
+        out.append((Message("user", _text(texts, where), attachments=tuple(files)), where))
     return out
 
 
@@ -108,6 +132,8 @@ def _assistant(content: Any, where: str) -> Message:
         elif kind == "redacted_thinking":
             _check_sealed(block["data"], f"{where}[{i}].data")
             thoughts.append(unseal(block["data"]) or "")
+        elif kind == "document":
+            raise not_here(f"{where}[{i}]", "document")
         elif kind in UNSUPPORTED:
             _text([block], where)  # refused by name
     reasoning = "".join(thoughts)

@@ -7,12 +7,17 @@ and change nothing; unknown fields are ignored. Server tools (a `type` other tha
 web search, code execution ...) are accepted and left out of the prompt. What a schema cannot
 say (a `tool_result` answering a `tool_use` of the turn before it, `tool_choice` naming one of
 the tools) is checked in requests.py.
+
+`document` blocks (a user turn's files: base64, text or content sources) are read into the
+message's attachments; their `citations` setting is accepted and no citations are produced
+(the answer's text blocks carry none); `context` is accepted and not put in the prompt.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from pocketchat.server.protocols.files import FILE_NOTE, RETRIEVAL
 from pocketchat.server.protocols.openai.schema import FUNCTION_NAME, sse
 
 REF = "#/components/schemas/"
@@ -35,9 +40,10 @@ BLOCK_TYPES = ["text", "tool_use", "tool_result", "thinking", "redacted_thinking
                "document", "search_result", "server_tool_use", "web_search_tool_result"]
 BLOCK = {
     "type": "object",
-    "description": "A content block: text, tool_use (assistant), tool_result (user), thinking "
+    "description": "A content block: text, document (user: a file, see AnthropicDocumentSource; "
+                   "`title` its name), tool_use (assistant), tool_result (user), thinking "
                    "or redacted_thinking (assistant: its reasoning, sent back as it came). "
-                   "Images and documents are refused: this server runs text models.",
+                   "Images are refused: this server runs text models. " + FILE_NOTE,
     "properties": {"type": {"type": "string"}},
     "required": ["type"],
     "allOf": [
@@ -55,7 +61,28 @@ BLOCK = {
                            "required": ["thinking"]}),
         _when("redacted_thinking", {"properties": {"data": {"type": "string", "minLength": 1}},
                                     "required": ["data"]}),
+        _when("document", {"properties": {"source": ref("AnthropicDocumentSource"),
+                                          "title": {"type": ["string", "null"]},
+                                          "context": {"type": ["string", "null"]},
+                                          "citations": {"type": ["object", "null"]}},
+                           "required": ["source"]}),
     ],
+}
+DOCUMENT_SOURCE = {
+    "type": "object",
+    "description": "A document's file: base64 (`data`, `media_type` e.g. application/pdf), text "
+                   "(`data`, text/plain) or content (text blocks, joined). url and file sources "
+                   "are refused: this server is offline and has no Files API.",
+    "properties": {
+        "type": {"enum": ["base64", "text", "content"], "x-code": "unsupported_content",
+                 "x-error": "'{param}' is {value}: a document's source here is base64, text or "
+                            "content (this server is offline: it fetches no url, and has no "
+                            "Files API for a file_id); send the file itself"},
+        "media_type": {"type": "string"}, "data": {"type": "string"},
+        "content": {"type": ["string", "array"], "items": ref("AnthropicTextBlock")}},
+    "required": ["type"],
+    "allOf": [_when("base64", {"required": ["data"]}), _when("text", {"required": ["data"]}),
+              _when("content", {"required": ["content"]})],
 }
 MESSAGE = {
     "type": "object",
@@ -146,7 +173,8 @@ RESPONSE = {"type": "object", "required": ["id", "type", "role", "content", "mod
                            "model": {"type": "string"},
                            "stop_reason": {"enum": ["end_turn", "max_tokens", "stop_sequence",
                                                     "tool_use", None]},
-                           "stop_sequence": {"type": ["string", "null"]}, "usage": ref("AnthropicUsage")}}
+                           "stop_sequence": {"type": ["string", "null"]}, "usage": ref("AnthropicUsage"),
+                           "pocketchat": RETRIEVAL}}
 COUNT = {"type": "object", "required": ["input_tokens"],
          "properties": {"input_tokens": {"type": "integer"}}}
 ERROR = {"type": "object", "required": ["type", "error"], "properties": {
@@ -157,6 +185,7 @@ ERROR = {"type": "object", "required": ["type", "error"], "properties": {
 COMPONENTS: dict[str, dict[str, Any]] = {
     "AnthropicMessagesRequest": REQUEST, "AnthropicCountTokensRequest": COUNT_REQUEST,
     "AnthropicMessage": MESSAGE, "AnthropicBlock": BLOCK, "AnthropicTextBlock": TEXT_BLOCK,
+    "AnthropicDocumentSource": DOCUMENT_SOURCE,
     "AnthropicTool": TOOL, "AnthropicToolChoice": TOOL_CHOICE, "AnthropicThinking": THINKING,
     "AnthropicMessageResponse": RESPONSE, "AnthropicUsage": USAGE,
     "AnthropicTokenCount": COUNT, "AnthropicError": ERROR,

@@ -11,6 +11,7 @@ from typing import Any
 from pocketchat.engines.types import Chunk
 from pocketchat.server.endpoint import Endpoint, Responder, answer_one, quiet
 from pocketchat.server.turn import Run, Turn, chat_run, completion_run
+from pocketchat.server.protocols.files import retrieval_field
 from pocketchat.server.protocols.openai.encode import (legacy_logprobs, logprob_entries,
                                                        prompt_progress, timings, tool_call_entries,
                                                        usage)
@@ -43,10 +44,11 @@ class ChatCompletions(Endpoint):
             return await out.json(200, {
                 **meta, "object": "chat.completion", "system_fingerprint": None,
                 "choices": [self._choice(i, r, request) for i, r in enumerate(replies)],
-                "usage": usage(stats), "timings": timings(stats),
+                "usage": usage(stats), "timings": timings(stats), **retrieval_field(stats),
             })
         if request.include_usage:
-            await out.event({**base, "choices": [], "usage": usage(stats)})
+            await out.event({**base, "choices": [], "usage": usage(stats),
+                             **retrieval_field(stats)})
         await self.end_stream(out)
 
     @staticmethod
@@ -96,7 +98,8 @@ class ChatCompletions(Endpoint):
         reply = await answer_one(turn, run, request.stop, on_delta,
                                  on_progress if request.return_progress else None,
                                  thinking=self.thinking, key=base["id"])
-        await out.event(event({}, reply.finish_reason, timings=timings(reply.stats)))
+        await out.event(event({}, reply.finish_reason, timings=timings(reply.stats),
+                              **retrieval_field(reply.stats)))
         return reply
 
 

@@ -31,7 +31,9 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
+from pocketchat.documents import Attachment
 from pocketchat.engines.types import ChatOptions, Message, ToolCall
+from pocketchat.server.protocols.files import from_base64, not_here
 from pocketchat.server.protocols.openai.schema import COMPLETION_MAX_TOKENS, COMPONENTS, MAX_N
 from pocketchat.server.protocols.validate import Schema, bad, check_strict, parse_json
 from pocketchat.server.request import ChatRequest, CompletionRequest, Prompt
@@ -50,8 +52,22 @@ ROLE_NAMES = {"developer": "system"}
 def _content(value: Any) -> str:
     """Message content (already valid): a string, or text parts joined."""
     if isinstance(value, list):
-        return "".join(part["text"] for part in value)
+        return "".join(part.get("text") or "" for part in value)
     return "" if value is None else value
+
+
+def _files(m: dict, where: str) -> tuple[Attachment, ...]:
+    """The files of a message's `file` parts (a user message's only), read; a `Message`'s
+    own attachments (the Python API's, carried by `_as_dict`) as they are."""
+    given = m.get("attachments")
+    kept = tuple(a for a in given if isinstance(a, Attachment)) \
+        if isinstance(given, (list, tuple)) else ()
+    parts = m.get("content") if isinstance(m.get("content"), list) else []
+    found = [(i, p) for i, p in enumerate(parts) if p["type"] == "file"]
+    if found and m["role"] != "user":
+        raise not_here(f"{where}.content[{found[0][0]}]", "file part")
+    return kept + tuple(from_base64(p["file"]["file_data"], p["file"].get("filename"), None,
+                                    f"{where}.content[{i}]") for i, p in found)
 
 
 def _arguments(value: Any) -> str:
@@ -60,9 +76,10 @@ def _arguments(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-def _message(m: dict) -> Message:
+def _message(m: dict, where: str = "messages[0]") -> Message:
     role = m["role"]
     content = _content(m.get("content"))
+    files = _files(m, where)
     if role == "assistant":
         calls = tuple(ToolCall(id=c.get("id") or f"call_{i}", name=c["function"]["name"],
                                arguments=_arguments(c["function"].get("arguments")))
@@ -71,7 +88,8 @@ def _message(m: dict) -> Message:
                        reasoning=m.get("reasoning_content") or None)
     if role == "tool":
         return Message("tool", content, tool_call_id=m.get("tool_call_id"), name=m.get("name"))
-    return Message(ROLE_NAMES.get(role, role), content)  # type: ignore[arg-type]
+    return Message(ROLE_NAMES.get(role, role), content,  # type: ignore[arg-type]
+                   attachments=files)
 
 
 def _check_order(messages: tuple[Message, ...], given: list) -> None:
@@ -111,7 +129,7 @@ def parse_messages(value: Any) -> tuple[Message, ...]:
             value = list(value)
         dicts = [_as_dict(m) for m in value] if isinstance(value, list) else value
         MESSAGES.check(dicts)
-        out = tuple(_message(m) for m in dicts)
+        out = tuple(_message(m, f"messages[{i}]") for i, m in enumerate(dicts))
         given = dicts
     _check_order(out, given)
     return out
@@ -132,6 +150,8 @@ def _as_dict(m: Any) -> Any:
         d["tool_call_id"] = m.tool_call_id
     if m.name:
         d["name"] = m.name
+    if m.attachments:
+        d["attachments"] = m.attachments  # carried as they are (not part of the wire format)
     return d
 
 
@@ -335,7 +355,7 @@ def plain(value: Any, where: str = "") -> Any:
 def _plain(value: Any, where: str) -> Any:
     if isinstance(value, Message):
         value = _as_dict(value)
-    if value is None or isinstance(value, (bool, str)):
+    if value is None or isinstance(value, (bool, str, Attachment)):
         return value
     if isinstance(value, int):
         return int(value)

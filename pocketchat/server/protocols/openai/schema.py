@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pocketchat.server.protocols.files import FILE_NOTE, RETRIEVAL
 from pocketchat.server.thinking import EFFORT_BUDGETS, EFFORTS
 
 MAX_STOPS = 4
@@ -56,17 +57,28 @@ def _number(lo: float, hi: float, what: str) -> dict[str, Any]:
 
 TEXT_PART = {
     "type": "object",
-    "description": "A text part of a message's content (only text: this server runs text models).",
+    "description": "A part of a message's content: text, or (in a user message) a file: "
+                   "`file.file_data` its bytes as base64 or a data: URL, `file.filename` its "
+                   "name. " + FILE_NOTE,
     "properties": {
-        "type": {"const": "text", "x-code": "unsupported_content",
-                 "x-error": "'{param}' is {value}: only text parts are supported by this model"},
+        "type": {"enum": ["text", "file"], "x-code": "unsupported_content",
+                 "x-error": "'{param}' is {value}: only text and file parts are supported by "
+                            "this model (it reads text)"},
         "text": {"type": "string"},
+        "file": {"type": "object", "properties": {
+            "file_data": {"type": "string"}, "filename": {"type": ["string", "null"]},
+            "file_id": {"type": "null", "x-code": "unsupported_content",
+                        "x-error": "'{param}': pocketchat has no Files API; send the file "
+                                   "itself as 'file_data' (base64 or a data: URL)"}},
+            "required": ["file_data"]},
     },
-    "required": ["type", "text"],
+    "required": ["type"],
+    "allOf": [{"if": {"properties": {"type": {"const": "text"}}}, "then": {"required": ["text"]},
+               "else": {"required": ["file"]}}],
 }
 
 CONTENT = {"type": ["string", "array", "null"], "items": ref("TextPart"),
-           "description": "Text, or a list of text parts (joined)."}
+           "description": "Text, or a list of parts (text joined; files before it)."}
 
 TOOL_CALL_IN = {
     "type": "object",
@@ -323,6 +335,7 @@ CHAT_COMPLETION = {
             }}},
         "usage": ref("Usage"),
         "timings": {"type": "object"},
+        "pocketchat": RETRIEVAL,
     },
 }
 TEXT_COMPLETION = {

@@ -1,5 +1,7 @@
 """The Responses API's answers: the response object, its output items, the stream's events,
-usage and errors in the shapes its clients read (schema.py describes the bodies)."""
+usage and errors in the shapes its clients read (schema.py describes the bodies). When the
+files did not fit the context, the finished response (response.completed's included) carries
+pocketchat's `pocketchat` object (files.py): what was retrieved, and from where."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from typing import Any
 
 from pocketchat.engines.types import Stats, ToolCall
 from pocketchat.errors import ApiError
+from pocketchat.server.protocols.files import retrieval_field
 from pocketchat.server.protocols.openai.encode import error_body
 from pocketchat.server.protocols.sealed import seal
 
@@ -80,6 +83,7 @@ def response(rid: str, created: int, model: str, data: dict, output: list[dict],
         "usage": usage(stats) if stats is not None and finish is not None else None,
         "ignored_tools": list(ignored),
         **{k: data.get(k) for k in ECHOED},
+        **retrieval_field(stats if finish is not None else None),
     }
     if body["tool_choice"] is None:
         body["tool_choice"] = "auto"

@@ -2,7 +2,8 @@
 /openapi.json), then read into the request model (`ChatRequest`).
 
 - `instructions` and every system/developer message go in one system turn at the start.
-- `input` items: messages (text parts joined; images and files refused), `function_call`s
+- `input` items: messages (text parts joined; a user message's `input_file` parts its
+  attachments, read by files.py; images refused), `function_call`s
   (the calls of one assistant turn, with the text and reasoning before them),
   `function_call_output`s (tool results answering a call of the turn before), `reasoning`
   (the thought sealed in its `encrypted_content`, else its `reasoning_text`, as the next
@@ -18,8 +19,10 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
+from pocketchat.documents import Attachment
 from pocketchat.engines.types import ChatOptions, Message, ToolCall
 from pocketchat.server.protocols.conversation import check_results, with_system
+from pocketchat.server.protocols.files import from_base64, not_here
 from pocketchat.server.protocols.responses.schema import COMPONENTS
 from pocketchat.server.protocols.sealed import damaged, unseal
 from pocketchat.server.protocols.validate import Schema, bad, check_strict
@@ -43,17 +46,30 @@ class ResponsesRequest:
     ignored_tools: tuple[str, ...] = ()
 
 
-def _text(content: Any, where: str) -> str:
+def _text(content: Any, where: str, files: bool = False) -> str:
+    """Text parts joined (`files`: a user message's, whose input_file parts are its files)."""
     if isinstance(content, str):
         return content
     parts = []
     for i, part in enumerate(content):
         if part["type"] in TEXT_PARTS:
             parts.append(part.get("text") or "")
+        elif part["type"] == "input_file" and files:
+            continue  # read by `_files`
+        elif part["type"] == "input_file":
+            raise not_here(f"{where}[{i}]", "file")
         else:
             raise bad(f"'{where}[{i}]' is {json.dumps(part['type'])}: only text parts are "
                       "supported by this model", f"{where}[{i}].type", "unsupported_content")
     return "".join(parts)
+
+
+def _files(content: Any, where: str) -> tuple[Attachment, ...]:
+    """A user message's `input_file` parts, read into attachments."""
+    if isinstance(content, str):
+        return ()
+    return tuple(from_base64(p["file_data"], p.get("filename"), None, f"{where}[{i}]")
+                 for i, p in enumerate(content) if p["type"] == "input_file")
 
 
 def _reasoning(item: dict, where: str) -> str:
@@ -79,12 +95,14 @@ def conversation(items: tuple[dict, ...], instructions: str | None,
         at = where(i)
         if kind == "message":
             role = {"developer": "system"}.get(item["role"], item["role"])
-            text = _text(item["content"], f"{at}.content")
+            text = _text(item["content"], f"{at}.content", role == "user")
             if role == "assistant":
                 messages.append(Message("assistant", text, reasoning=thought or None))
                 thought = None
             else:
-                messages.append(Message(role, text))  # type: ignore[arg-type]
+                messages.append(Message(role, text,  # type: ignore[arg-type]
+                                        attachments=_files(item["content"], f"{at}.content")
+                                        if role == "user" else ()))
             places.append(at)
         elif kind == "function_call":
             call = ToolCall(id=item["call_id"], name=item["name"], arguments=item["arguments"])

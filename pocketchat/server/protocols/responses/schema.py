@@ -1,7 +1,9 @@
 """OpenAI's Responses API as JSON Schema (2020-12): the request bodies every request is
 validated against, and the responses, as published in `/openapi.json`.
 
-Used: `input` (text or items: messages of any role with text parts, `function_call`,
+Used: `input` (text or items: messages of any role with text parts, a user message's
+`input_file` parts (its files: `file_data` base64 or a data: URL; `file_id` and `file_url`
+refused: no Files API, offline), `function_call`,
 `function_call_output`, `reasoning` with the `encrypted_content` this server gave),
 `instructions`, function `tools` (`strict` accepted: calls are always enforced), `tool_choice`,
 `parallel_tool_calls`, `reasoning.effort` (`none` turns thinking off, the others set its budget), `text.format`
@@ -19,6 +21,7 @@ from typing import Any
 
 from pocketchat.server.thinking import EFFORTS
 
+from pocketchat.server.protocols.files import FILE_NOTE, RETRIEVAL
 from pocketchat.server.protocols.openai.schema import FUNCTION_NAME, sse
 
 REF = "#/components/schemas/"
@@ -33,10 +36,21 @@ def _when(kind: str, then: dict[str, Any]) -> dict[str, Any]:
     return {"if": {"properties": {"type": {"const": kind}}, "required": ["type"]}, "then": then}
 
 
-PART = {"type": "object", "description": "A text part (input_text, output_text); images and "
-                                         "files are refused: this server runs text models.",
+PART = {"type": "object",
+        "description": "A text part (input_text, output_text), or in a user message an "
+                       "input_file (`file_data`: base64 or a data: URL; `filename`); images "
+                       "are refused: this server runs text models. " + FILE_NOTE,
         "properties": {"type": {"type": "string"}, "text": {"type": "string"}},
-        "required": ["type"]}
+        "required": ["type"],
+        "allOf": [_when("input_file", {"properties": {
+            "file_data": {"type": "string"}, "filename": {"type": ["string", "null"]},
+            "file_id": {"type": "null", "x-code": "unsupported_content",
+                        "x-error": "'{param}': pocketchat has no Files API; send the file "
+                                   "itself as 'file_data' (base64 or a data: URL)"},
+            "file_url": {"type": "null", "x-code": "unsupported_content",
+                         "x-error": "'{param}': this server is offline and fetches no URL; "
+                                    "send the file itself as 'file_data'"}},
+            "required": ["file_data"]})]}
 ITEM = {
     "type": "object",
     "description": "An input item: a message (`type` may be left out), a function_call, a "
@@ -124,7 +138,8 @@ RESPONSE = {"type": "object", "required": ["id", "object", "status", "output", "
                            "status": {"enum": ["completed", "incomplete", "in_progress", "failed"]},
                            "output": {"type": "array"}, "model": {"type": "string"},
                            "usage": {"anyOf": [ref("ResponsesUsage"), {"type": "null"}]},
-                           "ignored_tools": {"type": "array", "items": {"type": "string"}}}}
+                           "ignored_tools": {"type": "array", "items": {"type": "string"}},
+                           "pocketchat": RETRIEVAL}}
 DELETED = {"type": "object", "required": ["id", "deleted"],
            "properties": {"id": {"type": "string"}, "deleted": {"const": True}}}
 ERROR = {"type": "object", "required": ["error"], "properties": {"error": {
