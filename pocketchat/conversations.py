@@ -21,13 +21,14 @@ import os
 import secrets
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterator
 
 from pocketchat.filehold import Hold, hold_file, holder  # noqa: F401 - conversations.Hold, .holder
 from pocketchat.paths import settings
+from pocketchat.documents.attachment import Attachment
 from pocketchat.engines.types import Message, Stats
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,8 @@ MAX_SAVED_STATES = 3  # states kept on disk: the most recently saved conversatio
 
 @dataclass
 class ChatMessage:
-    """One turn as the user saw it: the text, the thinking, and a summary of the figures."""
+    """One turn as the user saw it: the text, the thinking, a summary of the figures, and a
+    user turn's files (saved whole: `--continue` sends them to the model again)."""
 
     role: str
     content: str = ""
@@ -49,9 +51,15 @@ class ChatMessage:
     stats: dict[str, Any] | None = None
     interrupted: bool = False
     created: float = field(default_factory=time.time)
+    attachments: tuple[Attachment, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = {"role": self.role, "content": self.content, "thinking": self.thinking,
+                "stats": dict(self.stats) if self.stats is not None else None,
+                "interrupted": self.interrupted, "created": self.created}
+        if self.attachments:  # a turn without files is saved as it always was
+            data["attachments"] = [a.to_json() for a in self.attachments]
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ChatMessage:
@@ -65,6 +73,7 @@ class ChatMessage:
             stats=data.get("stats") or None,
             interrupted=bool(data.get("interrupted", False)),
             created=float(data.get("created", 0.0)),
+            attachments=tuple(Attachment.from_json(a) for a in data.get("attachments") or ()),
         )
 
 
@@ -80,7 +89,7 @@ def stats_summary(stats: Stats) -> dict[str, Any]:
         "ttft_seconds": round(stats.ttft_seconds, 3) if stats.ttft_seconds is not None else None,
         "context_used": stats.context_used,
         "context_limit": stats.context_limit,
-    }
+    } | ({"retrieval": stats.retrieval, "sources": list(stats.sources)} if stats.retrieval else {})
 
 
 def new_id(now: float | None = None) -> str:
@@ -126,8 +135,8 @@ class Conversation:
     def add(self, role: str, content: str = "", **kwargs: Any) -> ChatMessage:
         message = ChatMessage(role=role, content=content, **kwargs)
         self.messages.append(message)
-        if role == "user" and not self.title:
-            self.title = make_title(content)
+        if role == "user" and not self.title:  # a file sent without a question: its name
+            self.title = make_title(content or ", ".join(a.name for a in message.attachments))
         return message
 
     def context_used(self) -> int:
@@ -147,12 +156,13 @@ class Conversation:
         return None
 
     def engine_messages(self) -> list[Message]:
-        """What the model is sent: the system prompt, then every turn with text (no thinking)."""
+        """What the model is sent: the system prompt, then every turn with text or files (no
+        thinking); a user turn's files go with it (`Message.attachments`)."""
         out = [Message("system", self.system)] if self.system else []
         out += [
-            Message(m.role, m.content)  # type: ignore[arg-type]
+            Message(m.role, m.content, attachments=m.attachments)  # type: ignore[arg-type]
             for m in self.messages
-            if m.role in ("user", "assistant") and m.content
+            if m.role in ("user", "assistant") and (m.content or m.attachments)
         ]
         return out
 

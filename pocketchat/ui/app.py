@@ -30,7 +30,7 @@ from pocketchat.ui.messages import (EngineFailed, EngineLost, EngineReady, LoadP
                                     StartupNote, StartupProgress, StartupStatus)
 from pocketchat.ui.palette import ChatCommands
 from pocketchat.ui.priority import lower_ui_priority
-from pocketchat.ui.screens import DownloadScreen, InfoScreen, LoadingScreen
+from pocketchat.ui.screens import DownloadScreen, InfoScreen, LoadingScreen, about_markdown
 from pocketchat.ui.startup import (
     FATAL_AT_START,
     EngineFactory,
@@ -39,7 +39,7 @@ from pocketchat.ui.startup import (
     start_engine,
 )
 from pocketchat.ui.streaming import AnswerStream, MemoryFn, MemoryProbe, engine_alive, engine_pid
-from pocketchat.ui.widgets import PLACEMENT_WORDS, EngineHeader
+from pocketchat.ui.widgets import EngineHeader
 
 EXIT_GRACE = 20.0  # seconds after SIGTERM/SIGHUP before the process ends however far the app got
 CTRL_C_AGAIN = 3.0  # on an idle chat, a second Ctrl+C within this many seconds quits
@@ -55,6 +55,7 @@ class ChatApp(App[int]):
         Binding("escape", "stop", "Stop answer"),
         Binding("ctrl+t", "answer_now", "Answer", tooltip="Answer now: end the thinking"),
         Binding("ctrl+n", "new_chat", "New chat"),
+        Binding("ctrl+o", "attach", "Attach a file", show=False),  # the palette says it too
         Binding("ctrl+r", "restart", "Restart engine"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
         Binding("ctrl+c", "interrupt", "Stop answer / quit", show=False, priority=True),
@@ -191,6 +192,7 @@ class ChatApp(App[int]):
         self._sample_memory()
         self.chat.idle_status()
         self.chat.restore_state()
+        self.chat.files.resume()  # files attached while it loaded: read now
         if self.ui_nice:  # once: threads started later inherit it
             lower_ui_priority(self.ui_nice)
             self.ui_nice = 0
@@ -215,6 +217,7 @@ class ChatApp(App[int]):
     def _engine_gone(self) -> None:
         engine, self.engine = self.engine, None
         self.chat.engine = None
+        self.chat.files.restart()  # read again by the next engine
         self.chat.set_memory(None)  # no worker, no memory held: the bar says "mem –", not "?"
         self.query_one(EngineHeader).show(self.info, "engine stopped")
         if engine is not None:
@@ -280,6 +283,9 @@ class ChatApp(App[int]):
             return
         self._ctrl_c_at = now
         self.notify("Ctrl+C again (or Ctrl+Q) quits.")
+
+    def action_attach(self) -> None:  # Ctrl+O: a dialog asks for the file's path
+        self.chat.files.ask()
 
     async def action_new_chat(self) -> None:
         await self.chat.new_chat()
@@ -368,22 +374,6 @@ class ChatApp(App[int]):
         engine, self.engine = self.engine, None
         if engine is not None:
             enginewatch.end(engine)
-
-
-def about_markdown(info: EngineInfo | None, extra: str | None) -> str:
-    """The 'Hardware and recommendation' page: what runs, and the CLI's account of why."""
-    lines = ["# What is running", ""]
-    if info is None:
-        lines.append("No model is running.")
-    else:
-        placement = PLACEMENT_WORDS.get(info.placement, info.placement)
-        lines += [f"- **Model:** {info.model}", f"- **Backend:** {info.backend}",
-                  f"- **Placement:** {placement}", f"- **Context:** {info.n_ctx} tokens"]
-        if info.path:
-            lines.append(f"- **File:** `{info.path}`")
-    if extra:
-        lines += ["", extra]
-    return "\n".join(lines)
 
 
 def _exit_if_stuck(ended: threading.Event, code: int, grace: float = EXIT_GRACE) -> None:

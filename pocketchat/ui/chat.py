@@ -17,16 +17,17 @@ from textual.containers import Vertical
 from textual.timer import Timer
 from textual.widget import AwaitMount
 
-from pocketchat import conversations
 from pocketchat.conversations import Conversation, save_problem
 from pocketchat.errors import EngineCrashed, HelperGone
 from pocketchat.engines.types import ChatOptions, Engine, EngineInfo
 from pocketchat.ui import enginewatch, modelstate
+from pocketchat.ui.attach import AttachHandlers, Attachments
+from pocketchat.ui.chips import ChipBar
 from pocketchat.ui.follow import Follower
 from pocketchat.ui.format import describe_error, dropped_line, prompt_progress_line, restoring_line
 from pocketchat.ui.messages import EngineLost
 from pocketchat.ui.holding import Holding
-from pocketchat.ui.screens import ConversationsScreen, SystemPromptScreen
+from pocketchat.ui.screens import SystemPromptScreen
 from pocketchat.ui.streaming import AnswerStream, RenderPacer, StreamUpdate
 from pocketchat.ui.thinking import budget_of, saved_figures
 from pocketchat.ui.widgets import (
@@ -47,7 +48,7 @@ STATUS_INTERVAL = 0.5  # the status bar's figures change at most twice a second 
 RESTART_HINT = "Ctrl+R restarts the engine (this conversation is kept); Ctrl+N starts a new chat."
 
 
-class Chat(Vertical):
+class Chat(AttachHandlers, Vertical):
     """One conversation with one engine; every message is saved as it happens."""
 
     DEFAULT_CSS = "Chat { height: 1fr; }"
@@ -91,9 +92,11 @@ class Chat(Vertical):
         self._restored.set()
         self._restore_task: asyncio.Task | None = None
         self.holding = Holding()  # one writer per conversation file
+        self.files = Attachments(self)  # the files attached to the message being written
 
     def compose(self) -> ComposeResult:
         yield ChatLog(id="chat-log")
+        yield ChipBar(id="attachments")
         yield PromptInput(id="prompt", placeholder="Ask anything · Enter sends · Ctrl+J new line")
         yield StatusBar(id="status")
 
@@ -130,7 +133,8 @@ class Chat(Vertical):
         answers = [m for m in conversation.messages if m.role == "assistant"]
         for message in conversation.messages:
             if message.role == "user":
-                widgets.append(UserMessage(message.content))
+                widgets.append(UserMessage(message.content, message.attachments,
+                                           (message.stats or {}).get("attachment_tokens")))
                 prompt.remember(message.content)
             elif message.role == "assistant":
                 widgets.append(AnswerView(message.content, message.thinking, thought=saved_figures(message.stats)))
@@ -192,7 +196,9 @@ class Chat(Vertical):
         if self.info is not None and not conversation.model_path:  # what `--continue` reopens
             conversation.model = conversation.model or self.info.model
             conversation.model_path = self.info.path
-        conversation.add("user", text)
+        files, tokens, reading = self.files.take()  # the answer waits for their read-ahead
+        conversation.add("user", text, attachments=files,
+                         stats={"attachment_tokens": tokens} if files else None)
         history = conversation.engine_messages()
         message = conversation.add("assistant", interrupted=True)
         budget = budget_of(self) if self.thinking else None
@@ -201,15 +207,16 @@ class Chat(Vertical):
         stream = AnswerStream(self.engine, conversation, message, history, options,
                               save_interval=self.save_interval,
                               wait_engine=enginewatch.answer_waiter(shown, self.last_stream,
-                                                                    self._restored))
+                                                                    self._restored, reading))
         self.stream = self.last_stream = stream  # set before any await: an answer is under way
+        await self.files.changed()  # the chips go: the message shows its files
         view = AnswerView(streaming=True)
         for welcome in self.chat_log.query(Welcome):
             await welcome.remove()
         # The answer's room is blank rows: the log follows its text (placed as it is laid out).
         self.chat_log.follower = self._follower = Follower(self.chat_log, view)
         self._follower.release()
-        await self.chat_log.mount_all([UserMessage(text), view])
+        await self.chat_log.mount_all([UserMessage(text, files, tokens), view])
         self.call_after_refresh(shown.set)  # then the model starts (the mount's layout is done)
         self._answer = view
         self.status(figures_from_stats(None, "Waiting for the first token", self.memory,
@@ -238,6 +245,8 @@ class Chat(Vertical):
             state = "Stopping"  # Esc: what it said at once stays until the answer ends
         elif not self._restored.is_set() and not view.text:
             state = restoring_line()  # the answer waits for the state it goes on from
+        elif not view.text and not view.thinking and (files := self.files.waiting_line()):
+            state = files  # the answer waits for the files' read-ahead to end
         elif update.progress is not None and not view.text and not view.thinking:
             p = update.progress
             state = prompt_progress_line(p.done, p.total, p.tok_s, p.seconds_left)
@@ -296,6 +305,8 @@ class Chat(Vertical):
         for mounted in mounting:  # the notices above are on screen before the answer counts as done
             await mounted
         self.stream, self._answer = None, None  # last: a test (or a user) sees it all done
+        self.files.note_answer(message.stats)
+        self.files.read()  # files attached while it streamed: read now
         self._stop_pump()
 
     def _answer_failed(self, error: BaseException) -> None:
@@ -312,11 +323,14 @@ class Chat(Vertical):
         if self.stream is not None:
             self.stream.cancel()
             self.status(dataclasses.replace(self.query_one(StatusBar).figures, state="Stopping"))
+        elif self.files.stop():  # the files' read-ahead: Enter reads them
+            self.status(dataclasses.replace(self.query_one(StatusBar).figures, state="Stopped reading"))
 
     def shutdown(self, wait: float = 0.0) -> None:
         """Stop the answer in flight (waiting up to `wait` seconds for it to save)."""
         if self.stream is not None:
             self.stream.cancel()
+        self.files.shutdown(wait)
         if wait and self.last_stream is not None:  # the answer saved, and the model's state
             self.last_stream.wait_settled(wait)
 
@@ -334,6 +348,7 @@ class Chat(Vertical):
             last = self.last_stream
             if last is not None:
                 await asyncio.to_thread(last.wait_settled, ENGINE_WAIT)
+            await asyncio.to_thread(self.files.wait_idle, ENGINE_WAIT)  # a read-ahead stopped
             if self.stream is None and conversation.state_path.exists():
                 self.idle_status(restoring_line(conversation.state_path.stat().st_size))
             result = await asyncio.to_thread(modelstate.restore, engine, conversation)
@@ -358,10 +373,13 @@ class Chat(Vertical):
             self.stream, self._answer = None, None
             self.chat_log.follower = None
         self.query_one(StatusBar).figures = StatusFigures()
+        self.files.restart()  # the files stay attached, read again after the new chat
         await self._hold_and_show(conversation)
         self.idle_status()
         self.query_one(PromptInput).focus()
         self.restore_state()
+        self.files.read()
+        await self.files.changed()
 
     def edit_system_prompt(self) -> None:
         def apply(value: str | None) -> None:
@@ -378,23 +396,3 @@ class Chat(Vertical):
         self.thinking = not self.thinking
         self.app.refresh_bindings()  # Ctrl+T shows only while thinking is on
         self.notify(f"Thinking {'on' if self.thinking else 'off'} for the next answers.")
-
-    def copy_answer(self) -> None:
-        answer = self.conversation.last_answer()
-        if answer is None:
-            self.notify("No answer to copy yet.", severity="warning")
-            return
-        self.app.copy_to_clipboard(answer.content)
-        self.notify("Copied the last answer.")
-
-    def open_saved(self) -> None:
-        saved, skipped = conversations.scan()
-        if skipped:
-            self.notify(f"{len(skipped)} unreadable conversation file(s) skipped.",
-                        severity="warning")
-
-        async def opened(choice: Conversation | None) -> None:
-            if choice is not None:
-                await self.open_conversation(choice)
-
-        self.app.push_screen(ConversationsScreen(saved), callback=opened)

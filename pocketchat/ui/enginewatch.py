@@ -86,17 +86,19 @@ def end(engine: Engine) -> None:
         pass
 
 
-def answer_waiter(shown: threading.Event, last: Any, restored: threading.Event
-                  ) -> Callable[[], None]:
+def answer_waiter(shown: threading.Event, last: Any, restored: threading.Event,
+                  reading: Any = None) -> Callable[[], None]:
     """What a new answer's thread waits for first: the screen showing the message (laying out
     the chat takes a core that the model's first tokens would otherwise lose), the previous
-    answer's end and state save (`last`, an AnswerStream or None), and a state load (one engine
-    call at a time)."""
+    answer's end and state save (`last`, an AnswerStream or None), a state load, and the
+    files' read-ahead (`reading`, a ReadAhead or None): one engine call at a time."""
 
     def wait() -> None:
         shown.wait(SHOW_WAIT)
         if last is not None:
             last.wait_settled(ENGINE_WAIT)
         restored.wait(ENGINE_WAIT)
+        if reading is not None:
+            reading.wait(ENGINE_WAIT)
 
     return wait

@@ -66,9 +66,11 @@ def restoring_line(size: int | None = None) -> str:
     return "Restoring the chat's saved model state" + (f" ({human_bytes(size)})" if size else "")
 
 
-def prompt_progress_line(done: int, total: int, tok_s: float, seconds_left: float | None) -> str:
-    """'Reading the prompt 1,024/3,525 tokens · 240 tok/s · 10.4 s left' (plain text)."""
-    parts = [f"Reading the prompt {done:,}/{total:,} tokens"]
+def prompt_progress_line(done: int, total: int, tok_s: float, seconds_left: float | None,
+                         what: str = "the prompt") -> str:
+    """'Reading the prompt 1,024/3,525 tokens · 240 tok/s · 10.4 s left' (plain text; `what`
+    names what is read: 'notes.md' for a file read ahead)."""
+    parts = [f"Reading {what} {done:,}/{total:,} tokens"]
     if tok_s > 0:
         parts.append(f"{tok_s:.0f} tok/s")
     if seconds_left is not None:

@@ -6,15 +6,18 @@ from typing import Callable, Iterator
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
+from pocketchat import conversations
+from pocketchat.conversations import Conversation
 from pocketchat.ui import thinking
 from pocketchat.ui.chat import Chat
+from pocketchat.ui.screens import ConversationsScreen
 
 PaletteCommand = tuple[str, str, Callable[[], object]]
 
 
 class ChatCommands(Provider):
-    """New chat, system prompt, thinking on/off and its budget, answer now, copy, hardware,
-    saved chats, restart."""
+    """New chat, system prompt, thinking on/off and its budget, answer now, attach a file,
+    copy, hardware, saved chats, restart."""
 
     def _commands(self) -> Iterator[PaletteCommand]:
         app = self.app
@@ -31,11 +34,17 @@ class ChatCommands(Provider):
                 if thinking.in_thought(chat):
                     yield ("Answer now", "End the thinking now; the answer follows (Ctrl+T)",
                            lambda: thinking.answer_now(chat))
-            yield "Copy last answer", "Copy the last answer to the clipboard", chat.copy_answer
+            yield ("Attach a file", "Put a file (text, code, CSV, JSON, HTML, PDF) in the next "
+                   "message; it is read while you type (Ctrl+O)", chat.files.ask)
+            if chat.files.pending:
+                yield ("Remove the attached files", "Take the files off the next message",
+                       chat.files.clear)
+            yield "Copy last answer", "Copy the last answer to the clipboard", lambda: copy_answer(chat)
         yield ("Hardware and recommendation", "What runs, on what, and why",
                lambda: app.run_action("about"))
         if chats:
-            yield "Open a saved conversation", "Pick one of the saved chats", chat.open_saved
+            yield ("Open a saved conversation", "Pick one of the saved chats",
+                   lambda: open_saved(chat))
             yield "Restart the engine", "Reload the model (Ctrl+R)", lambda: app.run_action("restart")
 
     async def discover(self) -> Hits:
@@ -48,3 +57,24 @@ class ChatCommands(Provider):
             score = matcher.match(name)
             if score > 0:
                 yield Hit(score, matcher.highlight(name), callback, help=help_text)
+
+
+def copy_answer(chat: Chat) -> None:
+    answer = chat.conversation.last_answer()
+    if answer is None:
+        chat.notify("No answer to copy yet.", severity="warning")
+        return
+    chat.app.copy_to_clipboard(answer.content)
+    chat.notify("Copied the last answer.")
+
+
+def open_saved(chat: Chat) -> None:
+    saved, skipped = conversations.scan()
+    if skipped:
+        chat.notify(f"{len(skipped)} unreadable conversation file(s) skipped.", severity="warning")
+
+    async def opened(choice: Conversation | None) -> None:
+        if choice is not None:
+            await chat.open_conversation(choice)
+
+    chat.app.push_screen(ConversationsScreen(saved), callback=opened)

@@ -26,7 +26,8 @@ from textual.widgets.option_list import Option
 from pocketchat.conversations import Conversation
 from pocketchat.textsafe import one_line, pasted, visible
 from pocketchat.ui.format import human_bytes, human_duration, meter
-from pocketchat.ui.widgets import PromptInput
+from pocketchat.engines.types import EngineInfo
+from pocketchat.ui.widgets import PLACEMENT_WORDS, PromptInput
 
 
 class KeepsTyping:
@@ -252,6 +253,39 @@ class ThinkingBudgetScreen(ModalScreen["Think | None"]):
         self.dismiss(None)
 
 
+class AttachScreen(ModalScreen["str | None"]):
+    """Ask for the path of a file to attach; Enter attaches it, Esc cancels (a file dropped on
+    the terminal types its path here)."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, typed: str = "") -> None:
+        super().__init__(classes="dialog")
+        self.typed = typed
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog-box wide"):
+            yield Label("Attach a file: its path (text, Markdown, code, CSV, JSON, HTML or PDF)")
+            yield Input(one_line(self.typed), placeholder="~/notes.md, /path/to/report.pdf",
+                        id="attach-path")
+            with Horizontal(classes="buttons"):
+                yield Button("Attach", variant="primary", id="attach")
+                yield Button("Cancel", id="cancel")
+        yield Footer()
+
+    def on_input_submitted(self, _event: Input.Submitted) -> None:
+        self.action_attach()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.action_attach() if event.button.id == "attach" else self.action_cancel()
+
+    def action_attach(self) -> None:
+        self.dismiss(self.query_one("#attach-path", Input).value.strip() or None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
 class InfoScreen(ModalScreen[None]):
     """A page of Markdown (hardware and recommendation); Esc closes."""
 
@@ -268,6 +302,22 @@ class InfoScreen(ModalScreen[None]):
 
     def action_close(self) -> None:
         self.dismiss(None)
+
+
+def about_markdown(info: EngineInfo | None, extra: str | None) -> str:
+    """The 'Hardware and recommendation' page: what runs, and the CLI's account of why."""
+    lines = ["# What is running", ""]
+    if info is None:
+        lines.append("No model is running.")
+    else:
+        placement = PLACEMENT_WORDS.get(info.placement, info.placement)
+        lines += [f"- **Model:** {info.model}", f"- **Backend:** {info.backend}",
+                  f"- **Placement:** {placement}", f"- **Context:** {info.n_ctx} tokens"]
+        if info.path:
+            lines.append(f"- **File:** `{info.path}`")
+    if extra:
+        lines += ["", extra]
+    return "\n".join(lines)
 
 
 class ConversationsScreen(ModalScreen["Conversation | None"]):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Sequence
 
 from textual import events
 from textual._context import NoActiveAppError
@@ -14,11 +15,13 @@ from textual.layout import DockArrangeResult
 from textual.message import Message
 from textual.widgets import Static, TextArea
 
+from pocketchat.documents.attachment import Attachment
 from pocketchat.engines.types import EngineInfo, Stats
 from pocketchat.textsafe import one_line, pasted, visible
 from pocketchat.ui.answer import AnswerView  # noqa: F401 - a message widget like the others
 from pocketchat.ui.fitline import Part, fit
 from pocketchat.ui.follow import Follower
+from pocketchat.ui.pastedpath import pasted_paths
 from pocketchat.ui.fitline import plain as fitted_text
 from pocketchat.ui.format import (
     compact_count, draft_figure, human_bytes, human_duration, meter, thinking_figure,
@@ -87,10 +90,35 @@ class Welcome(Static):
 
 
 class UserMessage(Static):
-    """What the user sent, shown as typed (no markup)."""
+    """What the user sent, shown as typed (no markup), under the names of its files (never
+    their text)."""
 
-    def __init__(self, text: str) -> None:
-        super().__init__(visible(text), markup=False, classes="message user")
+    def __init__(self, text: str, attachments: Sequence[Attachment] = (),
+                 tokens: Sequence[int] | None = None) -> None:
+        if not attachments:
+            super().__init__(visible(text), markup=False, classes="message user")
+            return
+        counts = list(tokens or ())
+        lines = Content("\n").join(
+            Content.styled(sent_file_line(a, counts[i] if i < len(counts) else None), "$text-muted")
+            for i, a in enumerate(attachments))
+        body = lines + Content("\n" + visible(text)) if text else lines
+        super().__init__(body, markup=False, classes="message user")
+
+
+def sent_file_line(attachment: Attachment, tokens: int | None = None) -> str:
+    """'❐ report.pdf · 12 pages · 8,312 tokens' (the name's control characters shown; the
+    tokens as the chip counted them, else estimated)."""
+    parts = [f"❐ {one_line(attachment.name)}"]
+    if attachment.pages:
+        parts.append(f"{attachment.pages} page{'' if attachment.pages == 1 else 's'}")
+    if attachment.excerpt:
+        parts.append(one_line(attachment.excerpt))
+    if isinstance(tokens, int) and tokens > 0:
+        parts.append(f"{tokens:,} tokens")
+    else:
+        parts.append(f"~{compact_count(max(1, len(attachment.text) // 4))} tokens")
+    return " · ".join(parts)
 
 
 class Notice(Static):
@@ -111,7 +139,13 @@ def figures_line(stats: dict | None) -> str:
         parts.append(f"{stats['decode_tok_s']:.1f} tok/s")
     if stats.get("ttft_seconds") is not None:
         parts.append(f"TTFT {human_duration(stats['ttft_seconds'])}")
-    return " · ".join(parts)
+    line = " · ".join(parts)
+    if stats.get("retrieval"):  # the files did not fit: which passages the answer read
+        line += "\n" + one_line(str(stats["retrieval"]))
+        sources = [one_line(str(s)) for s in stats.get("sources") or ()]
+        if sources:
+            line += "\nsources: " + "; ".join(sources)
+    return line
 
 
 class PromptInput(TextArea):
@@ -127,12 +161,23 @@ class PromptInput(TextArea):
             super().__init__()
             self.text = text
 
+    class PathsPasted(Message):
+        """A paste that is only the paths of readable files (a file dropped on the terminal)."""
+
+        def __init__(self, text: str, paths: list) -> None:
+            super().__init__()
+            self.text, self.paths = text, paths
+
+    class RemoveAttachment(Message):
+        """Backspace in an empty input with files attached: the last one goes."""
+
     def __init__(self, **kwargs) -> None:
         super().__init__(soft_wrap=True, show_line_numbers=False, tab_behavior="focus", **kwargs)
         self.cursor_blink = False  # a steady cursor: a blink repaints twice a second, answers or not
         self.sent: list[str] = []
         self._recall: int | None = None
         self._draft = ""
+        self.attached = 0  # files attached to the message (Enter sends them without text)
 
     def action_newline(self) -> None:
         start, end = self.selection
@@ -144,8 +189,15 @@ class PromptInput(TextArea):
         event.prevent_default()
         if self.read_only:
             return
+        paths = pasted_paths(event.text)
+        if paths:  # the chat offers to attach them; declined, the text is pasted after all
+            self.post_message(self.PathsPasted(event.text, paths))
+            return
+        self.paste_text(event.text)
+
+    def paste_text(self, text: str) -> None:
         start, end = self.selection
-        self.replace(pasted(event.text), start, end, maintain_selection_offset=False)
+        self.replace(pasted(text), start, end, maintain_selection_offset=False)
 
     def remember(self, text: str) -> None:
         if text and (not self.sent or self.sent[-1] != text):
@@ -164,8 +216,13 @@ class PromptInput(TextArea):
             event.stop()
             event.prevent_default()
             text = self.text.strip()
-            if text:
+            if text or self.attached:
                 self.post_message(self.Submitted(text))
+            return
+        if event.key == "backspace" and self.attached and not self.text:
+            event.stop()
+            event.prevent_default()
+            self.post_message(self.RemoveAttachment())
             return
         if event.key == "up" and self.cursor_location[0] == 0 and self.sent:
             event.stop()
