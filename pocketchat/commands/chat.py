@@ -32,8 +32,8 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="answer this one question on stdout and exit (also when stdin or stdout is not "
                         "a terminal: echo QUESTION | pocketchat)")
     p.add_argument("--file", dest="files", action="append", metavar="PATH",
-                   help="attach a file (text, Markdown, code, CSV, JSON, HTML, PDF) to the question; "
-                        "repeat for several")
+                   help="with -p: attach a file (text, Markdown, code, CSV, JSON, HTML, PDF) to the "
+                        "question; repeat for several (in the chat: Ctrl+O)")
     p.add_argument("--show-thinking", dest="show_thinking", action="store_true",
                    help="with -p or a pipe: write the model's thinking to stderr (default: dropped)")
     add_prompt_cache_disk_arg(p)
@@ -228,6 +228,10 @@ def run(args: argparse.Namespace) -> int:
     from pocketchat.ui.terminal import drawing_on_the_terminal
 
     sel = Selection.from_args(args)
+    if getattr(args, "files", None) and not oneshot.wanted(args):
+        raise UsageError("--file attaches a file to a -p question; in the chat, press Ctrl+O "
+                         "(or paste the file's path)",
+                         hint='pocketchat -p "QUESTION" --file PATH, or Ctrl+O in the chat.')
     if oneshot.wanted(args):
         try:
             return oneshot.run(args, sel)
