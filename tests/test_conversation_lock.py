@@ -169,10 +169,11 @@ def _answered(text: str) -> bool:
     return False
 
 
-def _wait_answered(text: str, timeout: float) -> None:
+def _wait_answered(text: str, timeout: float, tmux=None) -> None:
     deadline = time.monotonic() + timeout
     while not _answered(text):
-        assert time.monotonic() < deadline, f"no saved answer to {text!r}"
+        assert time.monotonic() < deadline, \
+            f"no saved answer to {text!r}; its window shows:\n{tmux.screen() if tmux else ''}"
         time.sleep(0.3)
 
 
@@ -200,9 +201,10 @@ def test_continue_in_two_terminals_keeps_both_windows_turns(tmp_path):
         assert "copy" in screen, screen
         for tmux, text in ((one, "hello from window one"), (two, "hello from window two")):
             tmux("send-keys", "-t", "e2e", "-l", text)
+            tmux.wait_for(lambda s, t=text: t in s, 10, f"{text!r} typed")
             tmux("send-keys", "-t", "e2e", "Enter")
-        for text in ("hello from window one", "hello from window two"):
-            _wait_answered(text, 90)
+        for tmux, text in ((one, "hello from window one"), (two, "hello from window two")):
+            _wait_answered(text, 90, tmux)
         for tmux, _ in windows:
             tmux("send-keys", "-t", "e2e", "C-q")
         for tmux, exit_file in windows:
