@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, str] = {
     "history": "history",
     "rpc-server": "rpc_server",
     "serve": "serve",
+    "web": "web",
     "inspect": "inspect",
 }
 

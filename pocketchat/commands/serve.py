@@ -31,8 +31,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     from pocketchat.choose.selection import add_prompt_cache_disk_arg, add_selection_args
 
     add_selection_args(p)
-    p.description = ("Serve the chosen model as an OpenAI-compatible API: point a client at "
-                     "http://HOST:PORT/v1.")
+    p.description = ("Serve the chosen model as an OpenAI-compatible API (point a client at "
+                     "http://HOST:PORT/v1) and a web chat (open http://HOST:PORT/).")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1; any other needs --api-key)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
@@ -202,6 +202,7 @@ def _serve(args: argparse.Namespace, choice, sock: socket.socket, api_key: str |
     from pocketchat import api
     from pocketchat.server.app import create_app
     from pocketchat.server.host import EngineHost
+    from pocketchat.commands.weblink import announce
     from pocketchat.server.thinking import ThinkDefault
     from pocketchat.textsafe import one_line
 
@@ -210,6 +211,7 @@ def _serve(args: argparse.Namespace, choice, sock: socket.socket, api_key: str |
     url = f"http://{host_text}:{port}/v1"
     name = model_id(choice)
     failed: list[PocketchatError] = []
+    announced: list[str] = []  # the web chat's address, said once
     server: uvicorn.Server | None = None
 
     def on_state(host: EngineHost) -> None:
@@ -234,6 +236,9 @@ def _serve(args: argparse.Namespace, choice, sock: socket.socket, api_key: str |
                 print(one_line(host.one_at_a_time), file=sys.stderr, flush=True)
             print(one_line(f"{what}: {name} at {url}{thinks(host)} (Ctrl-C to stop)"),
                   file=sys.stderr, flush=True)
+            if not host.restarts and not announced:
+                announced.append(announce(args.host, port, loopback, _say,
+                                          getattr(args, "open_browser", False)))
         elif host.state == "error" and host.error is not None and not host.restarts:
             failed.append(host.error)  # the first load failed: nothing to serve
             if server is not None:
@@ -278,6 +283,10 @@ def _serve(args: argparse.Namespace, choice, sock: socket.socket, api_key: str |
         raise failed[0]
     print("stopped", file=sys.stderr, flush=True)
     return 0
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
 
 
 def ignore_stop_signals() -> None:

@@ -10,6 +10,7 @@
     POST /api/chat, /api/generate   Ollama's API (and GET /api/tags, /api/ps, /api/version,
                                 POST /api/show, HEAD /: protocols/ollama/)
     GET  /health                {"status": "loading" | "ready" | "error", ...} (no key needed)
+    GET  /                      the web chat (server/web/: its pages and the API they use)
     GET  /openapi.json          every endpoint's request and response (openapi.py)
 
 The generating endpoints are plain ASGI callables (endpoint.py: they watch the connection
@@ -44,6 +45,8 @@ from pocketchat.server.protocols.responses.endpoints import Responses
 from pocketchat.server.protocols.ollama import endpoints as ollama
 from pocketchat.server.protocols.responses.store import ResponseStore
 from pocketchat.server.thinking import ServerThinking, ThinkDefault
+from pocketchat.server.web import OPEN_PAGES, Sessions, web_routes
+from pocketchat.server.web.signin import cookie_of
 
 
 def create_app(host: EngineHost, *, model_id: str, aliases: Sequence[str] = (),
@@ -106,7 +109,7 @@ def create_app(host: EngineHost, *, model_id: str, aliases: Sequence[str] = (),
                     "/v1/chat/completions, POST /v1/completions, POST /v1/messages, POST "
                     "/v1/responses, POST .../{id}/end_thinking, GET /v1/models, Ollama's POST "
                     "/api/chat and /api/generate, GET /health and GET /openapi.json (the API's "
-                    "schema); the /v1 prefix may be left out.")
+                    "schema); the /v1 prefix may be left out. The web chat is at GET /.")
         body: dict[str, Any] = {"error": {"message": str(text), "type": kind, "param": None,
                                           "code": None}}
         if request.url.path.startswith("/api/"):  # Ollama's shape
@@ -158,9 +161,14 @@ def create_app(host: EngineHost, *, model_id: str, aliases: Sequence[str] = (),
     routes += [Route(path.removeprefix("/v1"), endpoint, methods=methods)
                for path, endpoint, methods in api]
     routes += [Route(path, endpoint, methods=methods) for path, endpoint, methods in native]
+    sessions = Sessions()
+    routes += web_routes(host, model_id=model_id, model_info=model_info or {}, sessions=sessions,
+                         api_key=api_key, thinking=thoughts)
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={HTTPException: http_error, Exception: http_error})
-    guarded = Guard(Preflight(app), api_key=api_key, loopback_only=loopback_only)
+    guarded = Guard(Preflight(app), api_key=api_key, loopback_only=loopback_only,
+                    open_paths=OPEN_PAGES | {"/web/api/signin"},
+                    signed_in=lambda headers: sessions.valid(cookie_of(headers)))
     served = Cors(guarded, CorsPolicy(cors_origins))
     return served if access_log is None else AccessLog(served, access_log)
 

@@ -1,7 +1,8 @@
 """Who may talk to the server: the API key and, on loopback, the Host header.
 
-- API key: required on every path but /health and /openapi.json when one is set (`Authorization: Bearer KEY`,
-  or `x-api-key: KEY` as Anthropic's clients send it),
+- API key: required on every path but /health, /openapi.json and the web chat's pages when one
+  is set (`Authorization: Bearer KEY`, or `x-api-key: KEY` as Anthropic's clients send it, or a
+  browser's session cookie from the web chat's sign-in),
   compared in constant time (both sides hashed first, so not even the length leaks). OPTIONS
   (a browser's CORS preflight, which never carries the key) needs none: it is answered with
   headers only (cors.py), and no model is reached.
@@ -63,10 +64,14 @@ def key_matches(given: str, expected: str) -> bool:
 class Guard:
     """ASGI middleware: API key, Host check, JSON content type; refusals in OpenAI's shape."""
 
-    def __init__(self, app: Callable, *, api_key: str | None, loopback_only: bool) -> None:
+    def __init__(self, app: Callable, *, api_key: str | None, loopback_only: bool,
+                 open_paths: frozenset[str] = frozenset(),
+                 signed_in: Callable[[dict[str, str]], bool] | None = None) -> None:
         self.app = app
         self.api_key = api_key
         self.loopback_only = loopback_only
+        self.open_paths = OPEN_PATHS | open_paths  # the web chat's pages: they ask for the key
+        self.signed_in = signed_in  # a browser's session cookie, in place of the key
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
@@ -82,10 +87,11 @@ class Guard:
             return ApiError("this server answers only requests addressed to localhost or to the "
                             "loopback address it listens on",
                             status=403, type="permission_error", code="host_not_allowed")
-        if self.api_key and scope["path"] not in OPEN_PATHS and scope["method"] != "OPTIONS":
+        if self.api_key and scope["path"] not in self.open_paths and scope["method"] != "OPTIONS":
             auth = headers.get("authorization", "")
             token = auth[7:].strip() if auth[:7].lower() == "bearer " else headers.get("x-api-key", "")
-            if not key_matches(token, self.api_key):
+            if not key_matches(token, self.api_key) and not (
+                    self.signed_in is not None and self.signed_in(headers)):
                 return ApiError("missing or wrong API key", status=401, type="authentication_error",
                                 code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"},
                                 hint="Send it as the header `Authorization: Bearer KEY` "

@@ -137,6 +137,14 @@ class Turn:
                 host.refresh_status()
 
 
+    async def call(self, work: Callable[[Engine], Any]) -> Any:
+        """`work(engine)` in the engine thread, between this turn's answers (restoring or
+        saving a conversation's state: nothing else reaches the engine meanwhile)."""
+        host = self._host
+        engine = await host._ensure()
+        return await asyncio.get_running_loop().run_in_executor(host._executor, work, engine)
+
+
 def stopping() -> ApiError:
     return ApiError("the server is shutting down", status=503, type="server_error",
                     code="server_stopping", hint="Try again when it has been started again.")

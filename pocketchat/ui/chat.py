@@ -20,7 +20,8 @@ from textual.widget import AwaitMount
 from pocketchat.conversations import Conversation, save_problem
 from pocketchat.errors import EngineCrashed, HelperGone
 from pocketchat.engines.types import ChatOptions, Engine, EngineInfo
-from pocketchat.ui import enginewatch, modelstate
+from pocketchat.conversations import modelstate
+from pocketchat.ui import enginewatch
 from pocketchat.ui.attach import AttachHandlers, Attachments
 from pocketchat.ui.chips import ChipBar
 from pocketchat.ui.follow import Follower

@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 from pocketchat.conversations import Autosave, ChatMessage, Conversation, stats_summary
 from pocketchat.engines.types import ChatOptions, Engine, Message, PromptProgress, Stats
-from pocketchat.ui import modelstate
+from pocketchat.conversations import modelstate
 from pocketchat.ui.thinking import ThoughtClock
 
 UPDATES_PER_SECOND = 10  # the most screen updates a second while an answer streams

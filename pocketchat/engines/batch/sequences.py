@@ -221,7 +221,22 @@ class Sequences:
         return self.engines[0].status()
 
     def save_state(self, path: Any) -> int:
-        return self.engines[0].save_state(path)
+        """The state of the sequence that answered last (the conversation just answered, when
+        no other answer began since), once it has settled."""
+        with self._lock:
+            if not self._used:
+                return 0
+            k = max(self._used, key=lambda seq: self._used[seq])
+            self._lock.wait_for(lambda: k not in self._busy, FREE_WAIT_SECONDS)
+        return self.engines[k].save_state(path)
 
     def load_state(self, path: Any) -> str | None:
-        return self.engines[0].load_state(path)
+        """Into the free sequence used longest ago: the next answer that shares nothing more
+        with another sequence takes it (`_pick`)."""
+        with self._lock:
+            free = [k for k in range(len(self.engines)) if k not in self._busy]
+            if not free:
+                return "every sequence is answering: the conversation is read again"
+            k = min(free, key=lambda seq: self._used.get(seq, 0.0))
+            self._last[k] = ()
+        return self.engines[k].load_state(path)

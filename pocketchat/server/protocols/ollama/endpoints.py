@@ -10,7 +10,7 @@ import time
 from typing import Any, Callable
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, Response
 
 from pocketchat.errors import ApiError
 from pocketchat.server.endpoint import Endpoint, Responder, answer_one
@@ -136,10 +136,8 @@ def routes(host: EngineHost, model_id: str, meta: dict[str, Any]
     async def version(_: Request) -> JSONResponse:
         return JSONResponse({"version": ollama.OLLAMA_VERSION})
 
-    async def root(request: Request) -> Response:
-        if request.method == "HEAD":
-            return Response(status_code=200)
-        return PlainTextResponse("pocketchat is running (Ollama's API at /api, OpenAI's at /v1)")
+    async def root(_: Request) -> Response:  # GET / is the web chat (server/web/)
+        return Response(status_code=200)
 
     def refused(path: str, why: str) -> Callable:
         async def handler(_: Request) -> JSONResponse:
@@ -150,7 +148,7 @@ def routes(host: EngineHost, model_id: str, meta: dict[str, Any]
 
     out: list[tuple[str, Callable, list[str]]] = [
         ("/api/tags", tags, ["GET"]), ("/api/show", show, ["POST"]), ("/api/ps", ps, ["GET"]),
-        ("/api/version", version, ["GET"]), ("/", root, ["GET", "HEAD"]),
+        ("/api/version", version, ["GET"]), ("/", root, ["HEAD"]),
     ]
     out += [(path, refused(path.replace("/{digest}", ""), why), ["POST", "DELETE", "HEAD", "GET"])
             for path, why in REFUSED.items()]

@@ -114,6 +114,7 @@ class Conversation:
     model: str = ""
     model_path: str = ""  # the file or folder it ran from: `--continue` reopens the same model
     system: str | None = None
+    thinking_budget: int | None = None  # the web chat's per-chat budget (None: the server's)
     messages: list[ChatMessage] = field(default_factory=list)
     directory: Path | None = field(default=None, repr=False, compare=False)
     forked_from: str | None = field(default=None, repr=False, compare=False)  # id it was copied from
@@ -177,7 +178,7 @@ class Conversation:
             "model_path": self.model_path,
             "system": self.system,
             "messages": [m.to_json() for m in self.messages],
-        }
+        } | ({"thinking_budget": self.thinking_budget} if self.thinking_budget is not None else {})
 
     @classmethod
     def from_json(cls, data: dict[str, Any], directory: Path | None = None) -> Conversation:
@@ -191,6 +192,7 @@ class Conversation:
             model=str(data.get("model", "")),
             model_path=str(data.get("model_path") or ""),
             system=data.get("system") or None,
+            thinking_budget=_budget(data.get("thinking_budget")),
             messages=[ChatMessage.from_json(m) for m in data["messages"]],
             directory=directory,
         )
@@ -216,6 +218,11 @@ class Conversation:
         atomic_write_json(self.path, self.to_json())
         self._seen = _signature(self.path)
         return self.path
+
+
+def _budget(value: Any) -> int | None:
+    """A saved thinking budget: a whole number of tokens, else none."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _signature(path: Path) -> tuple[int, int] | None:
