@@ -218,9 +218,12 @@ def test_the_worker_answers_after_every_failure(tmp_path: Path, sequences, error
         state = tmp_path / "state.bin"
         for call, point in (("save_state", "save"), ("load_state", "load"), ("status", "status")):
             assert served.call("save_state", state) > 0
-            engines[0].fail(point, ERRORS[error]())
+            for e in engines:  # whichever sequence the call reaches
+                e.fail(point, ERRORS[error]())
             assert isinstance(served.call(call, *(() if call == "status" else (state,))),
                               PocketchatError)
+            for e in engines:
+                e.disarm()
             served_plainly(served.chat())
         assert served.call("save_state", state) > 0 and served.call("load_state", state) is None
         if sequences > 1:

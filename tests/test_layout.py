@@ -22,7 +22,7 @@ MAY_IMPORT = {
     "conversations": BOTTOM | {"documents", "engines"},  # Message/Stats only
     # choose: which model a command or the Python API runs (Selection -> file and load plan)
     "choose": BOTTOM | {"choose", "select", "store", "modelfile", "rpc", "engines"},
-    "server": BOTTOM | {"documents", "server", "engines"},
+    "server": BOTTOM | {"documents", "server", "engines", "conversations"},  # the web chat's store
     "ui": BOTTOM | {"documents", "ui", "engines", "select", "conversations"},
     "api": BOTTOM | {"documents", "engines", "server", "select", "store", "modelfile", "rpc", "choose"},
     "commands": BOTTOM | {"documents", "commands", "select", "modelfile", "rpc", "store", "engines", "ui", "server",

@@ -199,7 +199,7 @@ class WebAnswer(Endpoint):
             reply_msg.interrupted = False
             reply_msg.stats = stats_summary(reply.stats) | {
                 "thinking_tokens": reply.stats.thinking_tokens,
-                "finish_reason": reply.finish_reason}
+                "thinking_end": reply.stats.thinking_end, "finish_reason": reply.finish_reason}
             autosave.flush()
             await out.event({"event": "done", "finish_reason": reply.finish_reason,
                              "stats": reply_msg.stats})

@@ -21,7 +21,7 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' 
 TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
          ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml", ".png": "image/png",
          ".ico": "image/x-icon", ".json": "application/json"}
-PAGES = {"/": "index.html", "/signin": "signin.html"}
+PAGES = {"/": "index.html", "/signin": "signin.html", "/favicon.ico": "favicon.svg"}
 
 
 def _assets() -> dict[str, str]:
@@ -31,7 +31,7 @@ def _assets() -> dict[str, str]:
     paths = {path: name for path, name in PAGES.items() if name in names}
     for name in names:
         if name.endswith(".html"):
-            continue
+            continue  # a page has its own path
         paths[f"/{name}"] = name
         paths[f"/web/{name}"] = name
     return paths
