@@ -311,9 +311,12 @@ def stoppable_server(config, host) -> "uvicorn.Server":  # noqa: F821 - imported
     progress ends at once as a complete stream, waiting requests get 503, the process exits
     with 0 and no traceback. A second Ctrl-C quits without waiting."""
     import asyncio
+    import contextlib
     import logging
 
     import uvicorn
+
+    from pocketchat.server.host import on_the_second
 
     class _CancelledAtShutdown(logging.Filter):
         def filter(self, record: logging.LogRecord) -> bool:  # a task uvicorn cut off: not news
@@ -322,10 +325,23 @@ def stoppable_server(config, host) -> "uvicorn.Server":  # noqa: F821 - imported
 
     class Server(uvicorn.Server):
         loop: asyncio.AbstractEventLoop | None = None
+        woken: asyncio.Event | None = None
 
         async def serve(self, sockets=None) -> None:
             self.loop = asyncio.get_running_loop()
+            self.woken = asyncio.Event()
             await super().serve(sockets)
+
+        async def main_loop(self) -> None:
+            """uvicorn's housekeeping once a second, not ten times (an idle server sleeps):
+            the counter steps by 10 so its once-a-second work (the Date header) is kept, and
+            a stop wakes it at once. It wakes with the host's watcher (`on_the_second`)."""
+            counter = 0
+            while not await self.on_tick(counter):
+                counter = (counter + 10) % 864000
+                assert self.woken is not None
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self.woken.wait(), on_the_second(1.0))
 
         def handle_exit(self, sig: int, frame) -> None:  # no re-raise of the signal afterwards
             if self.should_exit:
@@ -335,6 +351,8 @@ def stoppable_server(config, host) -> "uvicorn.Server":  # noqa: F821 - imported
             if self.loop is not None:
                 try:
                     self.loop.call_soon_threadsafe(host.close_doors)
+                    if self.woken is not None:
+                        self.loop.call_soon_threadsafe(self.woken.set)
                 except RuntimeError:  # the loop has closed already: nothing is left open
                     pass
 

@@ -17,10 +17,16 @@ engine thread, and /health shows the latest.
 `close_doors()` (the server stopping) ends the answer in progress and turns away the requests
 still waiting.
 A worker that stops answering (SIGSTOP, stuck, a swap storm: `types.liveness_of`, checked every
-LIVENESS_POLL seconds) is "not_responding" on /health within 2 s: the answers in flight end at
+LIVENESS_POLL seconds while an answer runs or waits, and from the moment one is admitted) is
+"not_responding" on /health within 2 s of an answer in flight: the answers in flight end at
 once with a 503 (`model_not_responding`, or an error event in a stream), new requests get the
 same 503; when it resumes the host is "ready" again, and after `restart_stuck` seconds without
-it resuming the worker is killed and the model loaded again (`restarts` counts it).
+it resuming the worker is killed and the model loaded again (`restarts` counts it). With
+nothing running or waiting the watcher wakes every IDLE_POLL seconds only (a stopped worker is
+still seen then), and not at all once the model is unloaded, until a request comes.
+With `idle_unload`, a model idle that long is unloaded (`_unload`): the worker first writes
+its live states and the prompt cache's RAM tier to the disk tier (`park`), so the next
+request, which loads it again, reads only what the disk tier does not have.
 """
 
 from __future__ import annotations
@@ -46,9 +52,18 @@ from pocketchat.server.turn import Streamed, Turn, not_responding, stopping
 # "idle": the model was unloaded after `idle_unload` seconds without a request; the next
 # request loads it again (it answers, after the load: /health says 200).
 State = Literal["loading", "ready", "error", "not_responding", "idle"]
-LIVENESS_POLL = 0.25  # how often the host asks whether the worker responds
+LIVENESS_POLL = 0.25  # how often the host asks whether the worker responds, while busy
+IDLE_POLL = 1.0  # how often it asks (and looks for an idle unload) while nothing runs or waits
+PARK_TIMEOUT = 120.0  # seconds the worker may take to park its states before an unload
 RESTART_STUCK = 30.0  # seconds a worker may stay not responding before it is restarted
 STOP_GRACE = 0.5  # seconds the worker has to end by itself when the server stops
+
+
+def on_the_second(period: float) -> float:
+    """Seconds to sleep to wake on the loop clock's next multiple of `period`: timers that all
+    end there (this watcher's, uvicorn's tick in `serve`) share one wakeup of the process."""
+    now = asyncio.get_running_loop().time()
+    return period - (now % period) or period
 
 
 class EngineHost:
@@ -86,6 +101,7 @@ class EngineHost:
         self.stuck: Liveness | None = None  # the worker's liveness while it does not respond
         self._stuck_since = 0.0
         self._watcher: asyncio.Task | None = None
+        self._admitted: asyncio.Event | None = None  # set when a request comes: watch closely
         self.idle_unload = idle_unload  # seconds without a request before the model is freed
         self.last_used = time.monotonic()  # when the last answer ended (or the model loaded)
         self.unloads = 0
@@ -101,13 +117,24 @@ class EngineHost:
         self._turn = asyncio.Semaphore(self.sequences)
         self._loading = asyncio.Lock()
         self._stopped = asyncio.Event()
+        self._admitted = asyncio.Event()
         loop = asyncio.get_running_loop()
         loop.create_task(self._load_now())
         self._watcher = loop.create_task(self._watch())
 
     async def _watch(self) -> None:
+        assert self._admitted is not None
         while not self.closing:
-            await asyncio.sleep(LIVENESS_POLL)
+            if self.running or self.waiting:
+                await asyncio.sleep(LIVENESS_POLL)
+            else:  # idle: a wakeup a second (none once unloaded), or at once for a request
+                self._admitted.clear()
+                unloaded = self.state == "idle" and self.engine is None
+                try:
+                    await asyncio.wait_for(self._admitted.wait(),
+                                           None if unloaded else on_the_second(IDLE_POLL))
+                except asyncio.TimeoutError:
+                    pass
             now = time.monotonic()
             self.check_liveness(now)
             if self.due_for_unload(now):
@@ -121,18 +148,35 @@ class EngineHost:
                 and now - self.last_used >= self.idle_unload)
 
     async def _unload(self) -> None:
-        """Free the model's memory (its worker ends; the prompt cache's disk tier keeps what it
-        parked); the next request loads it again (`_ensure`)."""
+        """Free the model's memory: the worker parks its states to the disk tier (`_park`),
+        then ends; the next request loads it again (`_ensure`). A request that comes while it
+        parks keeps the model loaded."""
         assert self._loading is not None
         async with self._loading:
             engine = self.engine
             if engine is None or not self.due_for_unload(time.monotonic()):
+                return
+            await self._park(engine)
+            if self.engine is not engine or not self.due_for_unload(time.monotonic()):
                 return
             self.engine = None
             self.engine_status = {}
             self.unloads += 1
             await asyncio.get_running_loop().run_in_executor(self._executor, _ender(engine))
             self._set("idle", None)
+
+    async def _park(self, engine: Engine) -> None:
+        """Ask the engine to write what its prompt cache holds to the disk tier (`park()`,
+        where it has one), in the engine thread, within PARK_TIMEOUT seconds; a failure only
+        costs the next request a longer read."""
+        park = getattr(engine, "park", None)
+        if not callable(park):
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            await asyncio.wait_for(loop.run_in_executor(self._executor, park), PARK_TIMEOUT)
+        except Exception:  # noqa: BLE001 - a cache: what is not parked is read again
+            pass
 
     def check_liveness(self, now: float) -> None:
         """Follow the worker's liveness (see the module docstring); call in the event loop."""
@@ -305,6 +349,8 @@ class EngineHost:
         self._admit()
         assert self._turn is not None
         self.waiting += 1
+        if self._admitted is not None:
+            self._admitted.set()  # the watcher polls closely from now on
         try:
             if self.engine is None and self.restarts == 0 and self.sequences > 1:
                 await self._ensure()  # the first load sets the places (`_fit_sequences`)

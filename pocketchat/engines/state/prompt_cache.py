@@ -208,6 +208,38 @@ class PromptCache:
                 disk.drop(old)
         return kept
 
+    def keep_all(self, lives: Sequence[tuple[PrefixCache, bool]], timeout: float | None = None
+                 ) -> int:
+        """Before the engine ends for a while (an idle unload): park each live state (`lives`:
+        a sequence's live cache and whether it ends at a message boundary, as `prepare` parks
+        one a prompt leaves), then write each state the RAM tier holds and the disk tier does
+        not, newest first, one at a time (none dropped for a busy writer), waiting for each;
+        the states written. Nothing without a disk tier."""
+        disk = self._disk()
+        if not self.enabled or disk is None:
+            return 0
+        before = disk.writes
+        disk.flush(timeout)
+        for live, at_boundary in lives:
+            if live.tokens and (at_boundary or self._back_to_checkpoint(live)):
+                self.park(live.ops, live.tokens,  # type: ignore[arg-type]
+                          supersedes=self._origin.pop(id(live), None))
+                disk.flush(timeout)
+        ops = lives[0][0].ops if lives else None
+        if ops is not None and hasattr(ops, "seq_payload"):
+            for key in reversed(self.keys()):
+                with self._lock:
+                    entry = self._entries.get(key)
+                if entry is None or disk.has(key):
+                    continue
+                try:
+                    disk.put(key, ops.seq_payload(entry.state), shared=entry.shared,
+                             fmt=state_format(ops))
+                except Exception:  # noqa: BLE001 - a cache: what is not written is read again
+                    continue
+                disk.flush(timeout)
+        return disk.writes - before
+
     def prepare(self, live: PrefixCache, prompt: Sequence[int], *, leave: int = 1,
                 at_boundary: bool = False) -> Entry | None:
         """Before `live.prepare(prompt)`: park the live state if the prompt leaves it (and it

@@ -15,8 +15,10 @@ goes at once (time to first token), then at most one every `chunk_interval` seco
 (FLUSH_SECONDS unless the parent asks for another: the chat asks for its screen's pace).
 While a long prompt is read, its progress chunks (one per piece of the prompt) pass the same
 way: the first at once, and the first token after them at once too.
-A beat thread sends ("beat",) every `liveness.BEAT_SECONDS` from the start, loading included,
-so the parent knows within seconds when this process stops answering (see `liveness`).
+A beat thread (`Beat`) sends ("beat",) every `liveness.BEAT_SECONDS` while the model loads or
+a request is in flight (from when it arrives until it is handled, an answer's settling
+included), so the parent knows within seconds when this process stops answering (see
+`liveness`); with nothing in flight it sleeps, and the parent does not judge its silence then.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ FLUSH_SECONDS = 0.03
 # answer too, so that an agent's next step evaluates only the tool results.
 SETTLED = ("stop", "length", "tool_calls")
 PROGRESS_SECONDS = 0.1
-REQUESTS = (*ANSWERS, "save_state", "load_state", "status")  # taken in turn by a lane
+REQUESTS = (*ANSWERS, "save_state", "load_state", "status", "park")  # taken in turn by a lane
 BACKENDS = {
     "llama.cpp": ("pocketchat.engines.llamacpp.engine", "LlamaCppEngine"),
     "mlx": ("pocketchat.engines.mlx.engine", "MlxEngine"),
@@ -102,22 +104,53 @@ def main(conn: Any, plan: LoadPlan, path: str, name: str | None,
         with send_lock:
             conn.send(msg)
 
-    threading.Thread(target=_beat, args=(send,), name="pocketchat-beat", daemon=True).start()
+    beat = Beat(send)  # busy from the start: the load
+    threading.Thread(target=beat.run, name="pocketchat-beat", daemon=True).start()
     engine = _load(plan, path, name, send)
     if engine is not None:
         send(("ready", engine.info))
-        _serve(engine, conn, send, chunk_interval)
+    beat.end()
+    if engine is not None:
+        _serve(engine, conn, send, chunk_interval, beat)
 
 
-def _beat(send: Callable[[tuple], None], interval: float = BEAT_SECONDS) -> None:
-    """Tell the parent this process still runs, every `interval` seconds, until the pipe closes.
-    llama.cpp's native calls release the GIL (ctypes), so a long decode does not hold it back."""
-    while True:
-        time.sleep(interval)
-        try:
-            send(("beat",))
-        except Exception:  # noqa: BLE001 - the parent is gone: nothing to tell
-            return
+class Beat:
+    """Tell the parent this process still runs, every `interval` seconds while something is in
+    flight (`begin` ... `end`, nested; the load counts as one), until the pipe closes. llama.cpp's
+    native calls release the GIL (ctypes), so a long decode does not hold it back. Idle, the
+    thread waits without a timeout; the first request after it beats at once."""
+
+    def __init__(self, send: Callable[[tuple], None], interval: float = BEAT_SECONDS) -> None:
+        self._send, self.interval = send, interval
+        self._cond = threading.Condition(threading.Lock())
+        self._busy = 1
+        self._woken = False
+
+    def begin(self) -> None:
+        with self._cond:
+            self._busy += 1
+            if self._busy == 1:
+                self._woken = True
+                self._cond.notify()
+
+    def end(self) -> None:
+        with self._cond:
+            self._busy = max(0, self._busy - 1)
+
+    def run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._busy > 0)
+                woken, self._woken = self._woken, False
+            if not woken:
+                time.sleep(self.interval)
+                with self._cond:
+                    if self._busy == 0:  # ended meanwhile: nothing in flight to vouch for
+                        continue
+            try:
+                self._send(("beat",))
+            except Exception:  # noqa: BLE001 - the parent is gone: nothing to tell
+                return
 
 
 def run(conn: Any) -> None:
@@ -148,8 +181,9 @@ def _load(plan: LoadPlan, path: str, name: str | None, send: Callable[[tuple], N
 
 
 def _serve(engine: Any, conn: Any, send: Callable[[tuple], None],
-           chunk_interval: float = FLUSH_SECONDS) -> None:
-    """Serve the parent's requests until "close" (see the module docstring)."""
+           chunk_interval: float = FLUSH_SECONDS, beat: Beat | None = None) -> None:
+    """Serve the parent's requests until "close" (see the module docstring); `beat` runs
+    from a request's arrival until it is handled."""
     engines = engine if isinstance(engine, Sequences) else Sequences([engine])
     batcher = engines.batcher if engines.batcher is not None and not engines.batcher.solo else None
     requests = Requests(front=batcher is not None,
@@ -158,7 +192,11 @@ def _serve(engine: Any, conn: Any, send: Callable[[tuple], None],
     answers: dict[int, Answer] = {}  # req -> the answer in flight (cancelled alone)
 
     def handle(msg: tuple, delivered: Callable[[], None] | None = None) -> bool:
-        return _handle(engines, msg, send, cancelled, answers, chunk_interval, delivered)
+        try:
+            return _handle(engines, msg, send, cancelled, answers, chunk_interval, delivered)
+        finally:
+            if beat is not None:
+                beat.end()
 
     if batcher is not None:  # the step thread is the first lane
         batcher.serve(front_jobs(requests, lambda msg: handle(msg, requests.delivered)))
@@ -174,6 +212,8 @@ def _serve(engine: Any, conn: Any, send: Callable[[tuple], None],
             os._exit(0)  # reads what this process would write; its memory is freed now, not
             # after the step in flight (disk-tier files are renamed whole, so none is torn)
         if msg[0] in REQUESTS:
+            if beat is not None:
+                beat.begin()
             requests.put(msg)
         elif msg[0] == "cancel":
             cancelled.add(msg[1])
@@ -193,6 +233,28 @@ def _serve(engine: Any, conn: Any, send: Callable[[tuple], None],
     engines.close()  # the step thread ends with the batcher
 
 
+def park(engines: Sequences) -> int:
+    """Before the worker ends for an idle unload: each idle sequence's live state and what the
+    prompt cache holds in RAM, written to its disk tier (`PromptCache.keep_all`), so the next
+    worker reads only what the disk does not have; the states written. A sequence still
+    answering is left as it is."""
+    cache = getattr(engines.engines[0], "prompt_cache", None)
+    if cache is None or not hasattr(cache, "keep_all"):
+        return 0
+    held, lives = [], []
+    try:
+        for engine in engines.engines:
+            busy = getattr(engine, "_busy", None)
+            if getattr(engine, "cache", None) is None or busy is None or not busy.acquire(blocking=False):
+                continue
+            held.append(busy)
+            lives.append((engine.cache, bool(getattr(engine, "_settled", False))))
+        return cache.keep_all(lives)
+    finally:
+        for busy in held:
+            busy.release()
+
+
 def _lane(requests: Requests, handle: Callable[[tuple], bool]) -> None:
     """Take requests until there are none or the parent is gone."""
     while (msg := requests.take()) is not None and handle(msg):
@@ -204,9 +266,9 @@ def _handle(engines: Sequences, msg: tuple, send: Callable[[tuple], None], cance
             delivered: Callable[[], None] | None = None) -> bool:
     """One request: an answer (streamed), or a state call or status (its result, or the
     error it raised); False when the parent is gone."""
-    if msg[0] not in ANSWERS:  # ("save_state" | "load_state", req, path), ("status", req)
+    if msg[0] not in ANSWERS:  # ("save_state" | "load_state", req, path), ("status" | "park", req)
         try:
-            result: Any = getattr(engines, msg[0])(*msg[2:])
+            result: Any = park(engines) if msg[0] == "park" else getattr(engines, msg[0])(*msg[2:])
         except Exception as exc:  # noqa: BLE001 - the caller gets the error
             result = exc if isinstance(exc, PocketchatError) else EngineError(str(exc))
         try:

@@ -1,16 +1,21 @@
 """Whether a worker process answers: its beats, its process state and its CPU time.
 
-The child sends a beat every BEAT_SECONDS from a thread of its own (`child.main`). llama.cpp
-runs through ctypes, whose foreign calls release the GIL (llama_decode, the model's load), so
-the beat goes on while a long prompt is read or a big model loads. The parent's reader thread
-(`worker`) notes every message it receives (`Watch.heard`) and samples the process a few times a
-second (`Watch.judge`, fed by `ProcessProbe`). The rule:
+The child beats every BEAT_SECONDS from a thread of its own (`child.Beat`) while it loads or
+has a request in flight, and sleeps otherwise, so an idle worker never wakes. llama.cpp runs
+through ctypes, whose foreign calls release the GIL (llama_decode, the model's load), so the
+beat goes on while a long prompt is read or a big model loads. The parent's reader thread
+(`process.Reader`) notes every message it receives (`Watch.heard`) and samples the process a
+few times a second while a request is outstanding; idle, it samples only when asked
+(`Reader.verdict`). The rule (`Watch.judge`):
 
 - the process is stopped (SIGSTOP, Ctrl+Z: the system's process state says "stopped"):
-  not responding, at once;
-- nothing heard for SILENCE seconds and under BUSY_SHARE of a core used meanwhile: not
-  responding (stuck, or starved by swapping). A silent process that burns CPU is busy in a
-  native call that holds the GIL (a backend that does not release it) and still responds;
+  not responding, at once, outstanding request or not;
+- only while a request is outstanding (loading included): nothing heard for SILENCE seconds
+  and under BUSY_SHARE of a core used meanwhile: not responding (stuck, or starved by
+  swapping). A silent process that burns CPU is busy in a native call that holds the GIL (a
+  backend that does not release it) and still responds. An idle worker's silence is its
+  paused beat, never a verdict; a request that comes after it is given SILENCE seconds to be
+  heard (`Watch.expect`);
 - a process that resumes (stopped, then running again) gets SILENCE seconds to beat again.
 """
 
@@ -20,8 +25,8 @@ from collections import deque
 
 from pocketchat.engines.types import Liveness
 
-BEAT_SECONDS = 0.5  # the child's beat, and how often the parent samples the process (each
-# wakes the chat's process once: an idle chat must sleep, tests/test_terminal_safety.py)
+BEAT_SECONDS = 0.5  # the child's beat while busy, and how often the parent samples the
+# process then (each wakes a process once: idle, neither runs)
 SILENCE = 1.5  # seconds without a word before a process that uses no CPU is not responding
 BUSY_SHARE = 0.05  # share of one core above which a silent process counts as busy
 
@@ -41,8 +46,15 @@ class Watch:
         """A message (a beat or any other) arrived from the process at `now`."""
         self.last_heard = max(self.last_heard, now)
 
-    def judge(self, now: float, *, stopped: bool, cpu_seconds: float | None) -> Liveness:
-        """The verdict at `now`, given the process state and its CPU seconds so far."""
+    def expect(self, now: float) -> None:
+        """A request is outstanding from `now`, after none was: the process has `silence`
+        seconds from now to be heard (its beat was paused while it was idle)."""
+        self.last_heard = max(self.last_heard, now)
+
+    def judge(self, now: float, *, stopped: bool, cpu_seconds: float | None,
+              expecting: bool = True) -> Liveness:
+        """The verdict at `now`, given the process state and its CPU seconds so far;
+        `expecting`: a request is outstanding (else silence says nothing)."""
         if self._stopped and not stopped:  # resumed: it has SILENCE seconds to beat again
             self.last_heard = max(self.last_heard, now)
         self._stopped = stopped
@@ -53,7 +65,7 @@ class Watch:
         silent = max(0.0, now - self.last_heard)
         if stopped:
             verdict = Liveness(False, silent, "stopped")
-        elif silent < self.silence or self._busy():
+        elif not expecting or silent < self.silence or self._busy():
             verdict = Liveness(True, silent)
         else:
             verdict = Liveness(False, silent, "silent")

@@ -8,11 +8,12 @@ parent only reads chunks.
 Protocol (pickled tuples over one duplex connection):
   parent -> child   ("chat", req, messages, options) | ("complete", req, prompt, options)
                     | ("cancel", req) | ("end_thinking", req) | ("close",)
-                    | ("save_state" | "load_state", req, path) | ("status", req)
+                    | ("save_state" | "load_state", req, path) | ("status" | "park", req)
   child -> parent   ("progress", stage, fraction) | ("ready", EngineInfo)
                     | ("load_error", PocketchatError) | ("chunk", req, Chunk)
                     | ("result", req, value or PocketchatError)  (status: a dict)
-                    | ("beat",)  (every liveness.BEAT_SECONDS, from a thread of its own)
+                    | ("beat",)  (every liveness.BEAT_SECONDS while a request is in flight,
+                                from a thread of its own; paused while idle)
 One path for every width: each request (an answer, a state call, status) has its own number
 and its own queue (`process.Reader.routes`), and each answer is a `WorkerAnswer` that can be
 cancelled alone. The child (`child._serve`) runs `info.sequences` of them at once (one for the
@@ -152,10 +153,11 @@ class WorkerEngine:
     # -- liveness ---------------------------------------------------------------------------
 
     def liveness(self) -> Liveness:
-        """Whether the worker answers (see `liveness`): sampled a few times a second."""
+        """Whether the worker answers (see `liveness`): sampled a few times a second while a
+        request is outstanding, and when asked otherwise."""
         if self._crash is not None or self._closed or self._reader.gone.is_set():
             return Liveness()  # ended: the crash or the close says so, not this
-        return self._reader.watch.verdict
+        return self._reader.verdict()
 
     def _not_responding(self) -> EngineNotResponding:
         return EngineNotResponding(self.liveness().message or "the model process is not responding")
@@ -236,8 +238,8 @@ class WorkerEngine:
         inbox: queue.SimpleQueue = queue.SimpleQueue()
         try:
             self._usable()
-            self._routes[req] = inbox
             self._live.add(req)
+            self._reader.expect(req, inbox)
             self._send((kind, req, payload, options))
             if req in self._stopping:  # cancelled before it began
                 self._send(("cancel", req))
@@ -303,12 +305,18 @@ class WorkerEngine:
         """The backend's live figures (`base.EngineBase.status`), asked between answers."""
         return self._call("status")
 
+    def park(self) -> int:
+        """Write the live states and the prompt cache's RAM tier to its disk tier, before the
+        worker ends for a while (`child.park`); the states written."""
+        return self._call("park")
+
     def _call(self, name: str, *args: Any) -> Any:
         """A request with one result, taken in turn with the answers (after the answer in
         flight when the engine answers one at a time)."""
         self._usable()
         req = next(self._reqs)
-        self._routes[req] = inbox = queue.SimpleQueue()
+        inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._reader.expect(req, inbox)
         try:
             self._send((name, req, *args))
             while (msg := self._take(inbox, f"during {name}")) is None:

@@ -70,6 +70,11 @@ class PooledEngine:
         """The inner engine's live figures."""
         return self.inner.status()
 
+    def park(self) -> int:
+        """The inner engine's (see `worker.WorkerEngine.park`); 0 when it has none."""
+        fn = getattr(self.inner, "park", None)
+        return fn() if callable(fn) else 0
+
     def liveness(self) -> Liveness:
         """The inner worker's (see `types.WatchedEngine`)."""
         return liveness_of(self.inner)

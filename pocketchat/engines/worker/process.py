@@ -14,8 +14,10 @@ or the chat, whatever `sys.stderr` is in the parent.
 
 Reading (`Reader`): a thread takes every message from the pipe as it comes: beats and the
 process's state feed the liveness rule (`liveness.Watch`), each request's replies go to its
-own queue (`routes`), the rest (loading) to the inbox. Reaping (`reap`): asked to close, killed
-when it does not, waited for: no zombie is left.
+own queue (`routes`, registered by `Reader.expect`), the rest (loading) to the inbox. While no
+request is outstanding (none routed, the model loaded) the thread sleeps until a message or
+the child's end, and the process is sampled only when `verdict()` is asked. Reaping (`reap`):
+asked to close, killed when it does not, waited for: no zombie is left.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from pocketchat.errors import EngineError
+from pocketchat.engines.types import Liveness
 from pocketchat.engines.worker.liveness import BEAT_SECONDS, ProcessProbe, Watch
 
 GONE = object()  # in a queue: the pipe closed (the child ended, or the engine was closed)
@@ -54,9 +57,9 @@ def log_tail(log_path: str | None, lines: int = 3) -> str:
 
 class Reader:
     """Every message from the child, taken from the pipe as it comes (a thread of its own, so
-    beats never pile up): beats and periodic samples of the process feed `watch`; chunks and
-    results go to their request's queue in `routes` (none: dropped), the rest (loading) to
-    `inbox`; `GONE` goes
+    beats never pile up): beats and samples of the process feed `watch` (periodic while a
+    request is outstanding, else on demand: `verdict`); chunks and results go to their
+    request's queue in `routes` (none: dropped), the rest (loading) to `inbox`; `GONE` goes
     to every queue when the pipe closes. It holds no reference to the engine (the engine's
     finalizer must still run when it is dropped)."""
 
@@ -64,29 +67,58 @@ class Reader:
         self.conn, self.sentinel = conn, proc.sentinel
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.routes: dict[int, queue.SimpleQueue] = {}
+        self.loading = True  # until "ready" or "load_error" is delivered
         self.watch = Watch(time.monotonic())
         self.probe = ProcessProbe(proc.pid)
         self.gone = threading.Event()
+        self._sampled = 0.0
+        self._sample_lock = threading.Lock()
         self.thread = threading.Thread(target=self._run, daemon=True, name="pocketchat-reader")
         self.thread.start()
 
+    def expecting(self) -> bool:
+        """Whether a request is outstanding (the model's load included): only then does the
+        child beat, and only then does its silence count."""
+        return self.loading or bool(self.routes)
+
+    def expect(self, req: int, inbox: queue.SimpleQueue) -> None:
+        """Route request `req`'s replies to `inbox`; the first after none were outstanding
+        gives the child SILENCE seconds from now to be heard (its beat resumes with it)."""
+        if not self.expecting():
+            self.watch.expect(time.monotonic())
+        self.routes[req] = inbox
+
+    def verdict(self) -> Liveness:
+        """The liveness verdict, sampled now when the last sample is older than BEAT_SECONDS
+        (idle, the thread does not sample by itself)."""
+        now = time.monotonic()
+        if now - self._sampled >= BEAT_SECONDS and not self.gone.is_set():
+            self._sample(now)
+        return self.watch.verdict
+
+    def _sample(self, now: float) -> None:
+        with self._sample_lock:
+            self._sampled = now
+            stopped, cpu = self.probe()
+            self.watch.judge(now, stopped=stopped, cpu_seconds=cpu, expecting=self.expecting())
+
     def _run(self) -> None:
-        sampled = 0.0
         try:
             while True:
-                ready = multiprocessing.connection.wait([self.conn, self.sentinel], BEAT_SECONDS)
+                timeout = BEAT_SECONDS if self.expecting() else None  # idle: no wakeups
+                ready = multiprocessing.connection.wait([self.conn, self.sentinel], timeout)
                 if self.conn in ready or (ready and self.conn.poll()):
                     msg = self.conn.recv()
                     self.watch.heard(time.monotonic())
+                    if msg[0] in ("ready", "load_error"):
+                        self.loading = False
                     if msg[0] != "beat":
                         self._deliver(msg)
                 elif ready:  # the child ended and nothing is left to read
                     return
                 now = time.monotonic()
-                if now - sampled >= BEAT_SECONDS:
-                    sampled = now
-                    stopped, cpu = self.probe()
-                    self.watch.judge(now, stopped=stopped, cpu_seconds=cpu)
+                if now - self._sampled >= BEAT_SECONDS:
+                    self._sample(now)
         except (EOFError, OSError, ValueError, TypeError):  # closed, by the child or the engine
             return
         finally:
