@@ -17,6 +17,9 @@ the bare loop right before it (median of --pairs alternating pairs, so both see 
   serve4http  serve4 read by a plain HTTP client (http.client, the SSE lines parsed by hand):
            the server's own cost, without the `openai` client's parsing beside it
   serve4@MS   any serve path at `serve --stream-interval MS` (default 100: an event every 100 ms)
+  web      the web chat in a headless Chromium (Playwright) on `serve --parallel 4`: a message
+           sent in the page, its answer streamed and rendered there; tok/s is the decode rate
+           the answer's figures give (its length is the model's own: no ignore_eos in the page)
 tok/s is the consumer's wall clock: tokens decoded after the first token arrived / seconds from
 then to the last chunk (the engine decodes the last sampled token too, as the bare loop does);
 tmux's is the one the screen prints under the answer.
@@ -392,6 +395,64 @@ class ServePath:
         self.srv.stop()
 
 
+class WebPath:
+    """The page streaming an answer: what rendering it in a browser costs the model."""
+
+    def __init__(self, ctx: int, extra: list[str]) -> None:
+        from playwright.sync_api import sync_playwright
+        from support.browser import FLAGS, executable
+        from support.serverproc import ServerProcess
+
+        self.home = Path(tempfile.mkdtemp(prefix="bench-overhead-web-"))
+        self.srv = ServerProcess(["--model", "starter", "--ctx", str(ctx), "--parallel", "4",
+                                  *extra], self.home,
+                                 env={"POCKETCHAT_CACHE_DIR": _cache_dir()})
+        self.srv.wait_ready(180)
+        self._pw = sync_playwright().start()
+        self.browser = self._pw.chromium.launch(executable_path=executable(), headless=True,
+                                                args=FLAGS)
+        self.page = self.browser.new_page()
+        self.once(-1)  # warm-up
+
+    def _cpu(self) -> float:
+        import psutil
+
+        procs = [psutil.Process(self.srv.pid)]
+        procs += [c for c in psutil.Process(os.getpid()).children(recursive=True)
+                  if "chrom" in c.name()]
+        total = 0.0
+        for proc in procs:
+            try:
+                total += sum(proc.cpu_times()[:2])
+            except psutil.Error:
+                pass
+        return total
+
+    def once(self, i: int) -> Run:
+        import re
+
+        page = self.page
+        page.goto(self.srv.url + "/")
+        page.wait_for_selector("body[data-state='idle']")
+        cpu = self._cpu()
+        page.fill("#composer", f"{i} {PROMPT}")
+        page.press("#composer", "Enter")
+        page.wait_for_selector("body[data-state='answering']")
+        page.wait_for_selector("body[data-state='idle']", timeout=600_000)
+        used = self._cpu() - cpu
+        chat_id = page.evaluate("location.hash").split("=", 1)[-1]
+        stats = self.srv.get(f"/web/api/chats/{chat_id}")[1]["messages"][-1]["stats"]
+        shown = re.search(r"([0-9.]+) tok/s",
+                          page.locator(".message.assistant .figures").last.inner_text())
+        return Run(stats["decode_tok_s"], None, float(shown.group(1)) if shown else None,
+                   used / max(stats["generated_tokens"], 1))
+
+    def close(self) -> None:
+        self.browser.close()
+        self._pw.stop()
+        self.srv.stop()
+
+
 def _cache_dir() -> str:
     from pocketchat.paths import settings
 
@@ -421,12 +482,14 @@ def open_path(name: str, choice: Any, a: argparse.Namespace) -> Any:
         ["--draft", a.draft] if a.draft else [])  # the CLI's flags for what this plan was given
     if name == "tmux":
         return TmuxPath(a.tokens, a.ctx, extra)
+    if name == "web":
+        return WebPath(a.ctx, extra)
     if name.startswith("serve"):  # serveN[http][@MS]: @MS is `serve --stream-interval MS`
         name, _, pace = name.partition("@")
         width = name[5:].removesuffix("http")
         paced = ["--stream-interval", pace] if pace else []
         return ServePath(a.tokens, a.ctx, int(width), extra + paced, plain=name.endswith("http"))
-    raise SystemExit(f"unknown path {name!r}; choose from {', '.join(PATHS)}")
+    raise SystemExit(f"unknown path {name!r}; choose from {', '.join(PATHS)}, web")
 
 
 def measure(choice: Any, a: argparse.Namespace, names: list[str], out: Callable[[str], None]
@@ -453,7 +516,7 @@ def measure(choice: Any, a: argparse.Namespace, names: list[str], out: Callable[
             try:
                 if isinstance(path, TmuxPath):
                     path.expect = a.tokens / bare.once(-1, a.tokens).tok_s
-                elif not isinstance(path, ServePath):
+                elif not isinstance(path, (ServePath, WebPath)):
                     path.once(-1)  # warm-up
                 for i in range(a.pairs):
                     series.bare.append(reference(i))

@@ -194,3 +194,36 @@ def test_sign_in_turns_the_key_into_a_strict_http_only_cookie(tmp_path):
         token = cookie.split(";", 1)[0]
         assert srv.get("/web/api/chats", headers={"Cookie": token})[0] == 200
         assert srv.get("/v1/models", headers={"Cookie": "pocketchat_session=forged"})[0] == 401
+
+
+def test_pocketchat_web_says_where_the_page_is_once_ready(tmp_path):
+    pytest.importorskip("llama_cpp")
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from support import REPO
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "POCKETCHAT_DATA_DIR": str(tmp_path / "data"),
+           "POCKETCHAT_CACHE_DIR": str(tmp_path / "cache")}
+    log = tmp_path / "web.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "pocketchat", "web", "--no-browser",
+                                 "--model", "starter", "--port", "0"], stdout=out,
+                                stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + 90
+        while "web chat:" not in log.read_text() and time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()
+            time.sleep(0.1)
+        text = log.read_text()
+        found = re.search(r"web chat: (http://127\.0\.0\.1:\d+/)", text)
+        assert found and "ready:" in text, text
+        conn = http.client.HTTPConnection(found.group(1)[7:-1], timeout=10)
+        conn.request("GET", "/")
+        assert conn.getresponse().status == 200
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(20)
+    assert proc.returncode == 0

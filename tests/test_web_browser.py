@@ -19,7 +19,7 @@ from support.browser import Console, Shots, chromium
 from support.serverproc import running
 
 pytestmark = pytest.mark.slow
-ARGS = ["--ctx", "4096", "--draft", "off"]
+ARGS = ["--ctx", "8192", "--draft", "off"]
 IDLE = "body[data-state='idle']"
 
 
@@ -184,6 +184,30 @@ def test_a_file_attached_goes_with_the_message(srv, page, home, tmp_path):
             and c["messages"][0]["content"] == "What is the code word?"]
     assert chat and chat[0]["messages"][0]["attachments"][0]["name"] == "notes.txt"
     assert "heliotrope" in chat[0]["messages"][0]["attachments"][0]["text"]
+
+
+def test_a_long_file_shows_its_reading_and_the_page_stays_responsive(srv, page, tmp_path):
+    report = tmp_path / "report.txt"
+    lines = [f"Line {n}: the harbour log records {n * 7} crates of apples and {n} of pears."
+             for n in range(320)]
+    report.write_text("\n".join(lines) + "\n")  # about 6,000 of the starter's tokens
+    page.goto(srv.url + "/")
+    page.set_input_files("#file-input", str(report))
+    page.wait_for_selector("#chips .chip")
+    page.fill("#composer", "How many crates of pears on line 12?")
+    page.press("#composer", "Enter")
+    page.wait_for_selector("#progress", state="visible", timeout=30_000)
+    page.shots.take(page, "reading")
+    started = time.monotonic()
+    page.click("#settings")  # while the prompt is read, the page answers at once
+    page.wait_for_selector("#chat-settings", state="visible", timeout=2_000)
+    assert time.monotonic() - started < 1.0
+    reading = page.locator("#progress-text").inner_text()
+    assert "/" in reading and "token" in reading, reading
+    page.shots.take(page, "settings-while-reading")
+    page.wait_for_selector(IDLE, timeout=180_000)
+    page.shots.take(page, "answered")
+    assert page.locator(".message.assistant").last.locator(".figures").inner_text()
 
 
 def test_a_chat_goes_on_in_the_terminal_chat_and_back(srv, page, home):
