@@ -4,6 +4,8 @@ Variables:
   POCKETCHAT_DATA_DIR    conversations (default: platformdirs user data dir)
   POCKETCHAT_CACHE_DIR   probe caches such as the bandwidth figure, and the prompt cache's
                          states on disk (default: user cache dir)
+  POCKETCHAT_CONFIG_DIR  settings the user writes: mcp.json, the tool servers (default: the
+                         platformdirs user config dir)
   POCKETCHAT_DEBUG       1 = show tracebacks
   POCKETCHAT_OFFLINE     1 = never touch the network (same as --offline; HF_HUB_OFFLINE too)
   POCKETCHAT_API_KEY     the key `pocketchat serve` requires (same as --api-key)
@@ -37,6 +39,12 @@ class Settings:
     debug: bool
     offline: bool
     api_key: str | None = None
+    config_dir: Path = Path()
+
+    @property
+    def mcp_config(self) -> Path:
+        """The tool servers the chat may use (`{"mcpServers": ...}`, pocketchat/tools/)."""
+        return self.config_dir / "mcp.json"
 
     @property
     def conversations_dir(self) -> Path:
@@ -83,6 +91,7 @@ def settings() -> Settings:
         debug=_flag("POCKETCHAT_DEBUG"),
         offline=_flag("POCKETCHAT_OFFLINE") or _flag("HF_HUB_OFFLINE"),
         api_key=os.environ.get("POCKETCHAT_API_KEY") or None,
+        config_dir=_dir("POCKETCHAT_CONFIG_DIR", platformdirs.user_config_dir(APP, appauthor=False)),
     )
 
 

@@ -19,6 +19,7 @@ def isolated_env(tmp_path_factory, monkeypatch):
     for var, sub in [
         ("POCKETCHAT_DATA_DIR", "data"),
         ("POCKETCHAT_CACHE_DIR", "cache"),
+        ("POCKETCHAT_CONFIG_DIR", "config"),
         ("HF_HOME", "hf"),
         ("HF_HUB_CACHE", "hf/hub"),
     ]:

@@ -50,7 +50,8 @@ class Tmux:
 
 def command(tmp_path: Path, args: str, extra_env: dict[str, str] | None = None) -> tuple[str, Path]:
     exit_file = tmp_path / "exit-code"
-    env = {var: os.environ[var] for var in ("POCKETCHAT_DATA_DIR", "POCKETCHAT_CACHE_DIR", "HF_HOME",
+    env = {var: os.environ[var] for var in ("POCKETCHAT_DATA_DIR", "POCKETCHAT_CACHE_DIR",
+                                            "POCKETCHAT_CONFIG_DIR", "HF_HOME",
                                             "HF_HUB_CACHE", "HF_ENDPOINT", "PATH", "HOME")
            if var in os.environ}
     env.update(HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO), TERM="xterm-256color")
