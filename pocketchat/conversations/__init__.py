@@ -29,7 +29,7 @@ from typing import Any, Iterator
 from pocketchat.filehold import Hold, hold_file, holder  # noqa: F401 - conversations.Hold, .holder
 from pocketchat.paths import settings
 from pocketchat.documents.attachment import Attachment
-from pocketchat.engines.types import Message, Stats
+from pocketchat.engines.types import Message, Stats, ToolCall
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +42,9 @@ MAX_SAVED_STATES = 3  # states kept on disk: the most recently saved conversatio
 
 @dataclass
 class ChatMessage:
-    """One turn as the user saw it: the text, the thinking, a summary of the figures, and a
-    user turn's files (saved whole: `--continue` sends them to the model again)."""
+    """One turn as the user saw it: the text, the thinking, a summary of the figures, a user
+    turn's files (saved whole: `--continue` sends them to the model again), an assistant
+    turn's tool calls, and a "tool" turn's result (`tool_call_id`: the call it answers)."""
 
     role: str
     content: str = ""
@@ -52,6 +53,9 @@ class ChatMessage:
     interrupted: bool = False
     created: float = field(default_factory=time.time)
     attachments: tuple[Attachment, ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None  # a tool turn's tool
 
     def to_json(self) -> dict[str, Any]:
         data = {"role": self.role, "content": self.content, "thinking": self.thinking,
@@ -59,12 +63,17 @@ class ChatMessage:
                 "interrupted": self.interrupted, "created": self.created}
         if self.attachments:  # a turn without files is saved as it always was
             data["attachments"] = [a.to_json() for a in self.attachments]
+        if self.tool_calls:
+            data["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments}
+                                  for c in self.tool_calls]
+        if self.role == "tool":
+            data |= {"tool_call_id": self.tool_call_id, "name": self.name}
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ChatMessage:
         role = data["role"]
-        if role not in ("user", "assistant", "system"):
+        if role not in ("user", "assistant", "system", "tool"):
             raise ValueError(f"unknown role {role!r}")
         return cls(
             role=role,
@@ -74,6 +83,10 @@ class ChatMessage:
             interrupted=bool(data.get("interrupted", False)),
             created=float(data.get("created", 0.0)),
             attachments=tuple(Attachment.from_json(a) for a in data.get("attachments") or ()),
+            tool_calls=tuple(ToolCall(str(c["id"]), str(c["name"]), str(c["arguments"]))
+                             for c in data.get("tool_calls") or ()),
+            tool_call_id=data.get("tool_call_id") or None,
+            name=data.get("name") or None,
         )
 
 
@@ -115,6 +128,7 @@ class Conversation:
     model_path: str = ""  # the file or folder it ran from: `--continue` reopens the same model
     system: str | None = None
     thinking_budget: int | None = None  # the web chat's per-chat budget (None: the server's)
+    tool_answers: dict[str, str] = field(default_factory=dict)  # tool -> "always" | "never"
     messages: list[ChatMessage] = field(default_factory=list)
     directory: Path | None = field(default=None, repr=False, compare=False)
     forked_from: str | None = field(default=None, repr=False, compare=False)  # id it was copied from
@@ -157,13 +171,16 @@ class Conversation:
         return None
 
     def engine_messages(self) -> list[Message]:
-        """What the model is sent: the system prompt, then every turn with text or files (no
-        thinking); a user turn's files go with it (`Message.attachments`)."""
+        """What the model is sent: the system prompt, then every turn with text, files or tool
+        calls (no thinking), and the tools' results; a user turn's files go with it
+        (`Message.attachments`)."""
         out = [Message("system", self.system)] if self.system else []
         out += [
-            Message(m.role, m.content, attachments=m.attachments)  # type: ignore[arg-type]
+            Message(m.role, m.content, attachments=m.attachments,  # type: ignore[arg-type]
+                    tool_calls=m.tool_calls, tool_call_id=m.tool_call_id, name=m.name)
             for m in self.messages
-            if m.role in ("user", "assistant") and (m.content or m.attachments)
+            if m.role == "tool" or m.role in ("user", "assistant")
+            and (m.content or m.attachments or m.tool_calls)
         ]
         return out
 
@@ -178,7 +195,8 @@ class Conversation:
             "model_path": self.model_path,
             "system": self.system,
             "messages": [m.to_json() for m in self.messages],
-        } | ({"thinking_budget": self.thinking_budget} if self.thinking_budget is not None else {})
+        } | ({"thinking_budget": self.thinking_budget} if self.thinking_budget is not None else {}) \
+          | ({"tool_answers": dict(self.tool_answers)} if self.tool_answers else {})
 
     @classmethod
     def from_json(cls, data: dict[str, Any], directory: Path | None = None) -> Conversation:
@@ -193,6 +211,8 @@ class Conversation:
             model_path=str(data.get("model_path") or ""),
             system=data.get("system") or None,
             thinking_budget=_budget(data.get("thinking_budget")),
+            tool_answers={str(k): str(v) for k, v in (data.get("tool_answers") or {}).items()
+                          if v in ("always", "never")},
             messages=[ChatMessage.from_json(m) for m in data["messages"]],
             directory=directory,
         )

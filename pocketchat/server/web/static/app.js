@@ -171,11 +171,10 @@ const STATE_TEXT = {
   loading: 'loading the model…',
   not_responding: 'the model process does not respond',
   error: 'the model could not be loaded',
-  idle: 'the model is not loaded; it loads on the first message',
 };
 
 function setStatus(st, note) {
-  if (!st || st === 'ready' || st === 'ok') {
+  if (!st || st === 'ready' || st === 'ok' || (st === 'idle' && !note)) {
     ui.status.textContent = note && st !== 'ready' && st !== 'ok' ? note : '';
     show(ui.status, false);
     ui.status.className = 'status';
@@ -302,7 +301,7 @@ function chatItem(c) {
   const rename = button('rename', '✎', 'Rename');
   rename.setAttribute('aria-label', 'Rename chat');
   rename.addEventListener('click', (e) => { e.stopPropagation(); renameChat(c); });
-  const del = button('delete', '🗑', 'Delete');
+  const del = button('delete', '✕', 'Delete');
   del.setAttribute('aria-label', 'Delete chat');
   del.addEventListener('click', (e) => { e.stopPropagation(); deleteChat(c); });
   item.append(open, rename, del);
@@ -682,6 +681,12 @@ function setBusyNote(text) {
 
 async function ensureChat() {
   if (state.chat) return state.chat;
+  const created = await createChat();
+  refreshChats(); // show the new chat in the list (marked active) right away
+  return created;
+}
+
+async function createChat() {
   const body = state.pendingSettings || {};
   const chat = await api('/web/api/chats', { method: 'POST', body });
   state.pendingSettings = null;

@@ -312,7 +312,11 @@ function renderBlocks(lines, parent) {
         body.push(lines[i]);
         i++;
       }
-      i++; // closing fence (or end of text while streaming)
+      if (i >= lines.length) {
+        // No closing fence yet (still streaming): drop the trailing blank line.
+        while (body.length && !body[body.length - 1].trim()) body.pop();
+      }
+      i++; // the closing fence
       parent.appendChild(codeBlock(body.join('\n'), m[2]));
       continue;
     }
