@@ -24,6 +24,7 @@ SUBCOMMANDS: dict[str, str] = {
     "serve": "serve",
     "web": "web",
     "inspect": "inspect",
+    "tools": "tools",
 }
 
 

@@ -270,3 +270,16 @@ class DocumentRefused(PocketchatError, ValueError):
         super().__init__(message, hint=hint)
         self.name = name
         self.part = part
+
+
+class ToolConfigError(PocketchatError, ValueError):
+    """A tool-server config (mcp.json or `--mcp FILE`) that is missing, not JSON, or not the
+    `{"mcpServers": {NAME: {"command"...} | {"url"...}}}` shape; the message names the file and
+    what is wrong there."""
+
+    hint = ('Each server is {"command": "...", "args": [...], "env": {...}} or {"url": '
+            '"http://..."} under "mcpServers" (see docs/tools.md).')
+
+    def __init__(self, message: str, *, path: str = "", hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.path = path

@@ -14,6 +14,7 @@ BOTTOM = {"types", "errors", "paths", "textsafe", "filehold", "metal"}
 MAY_IMPORT = {
     "types": set(), "errors": set(), "paths": set(), "textsafe": set(), "filehold": set(), "metal": set(),
     "modelfile": BOTTOM,
+    "tools": BOTTOM | {"tools", "engines"},  # MCP tool servers, their config, the chat's permissions
     "documents": BOTTOM | {"documents"},  # files into text, passages, retrieval: pure
     "rpc": BOTTOM | {"rpc"},  # llama.cpp's RPC backend and the ggml binding: below engines
     "select": BOTTOM | {"modelfile", "select", "rpc"},  # rpc: where llama.cpp's libraries are
@@ -22,11 +23,11 @@ MAY_IMPORT = {
     "conversations": BOTTOM | {"documents", "engines"},  # Message/Stats only
     # choose: which model a command or the Python API runs (Selection -> file and load plan)
     "choose": BOTTOM | {"choose", "select", "store", "modelfile", "rpc", "engines"},
-    "server": BOTTOM | {"documents", "server", "engines", "conversations"},  # the web chat's store
-    "ui": BOTTOM | {"documents", "ui", "engines", "select", "conversations"},
-    "api": BOTTOM | {"documents", "engines", "server", "select", "store", "modelfile", "rpc", "choose"},
+    "server": BOTTOM | {"documents", "server", "engines", "conversations", "tools"},  # the web chat's store
+    "ui": BOTTOM | {"documents", "ui", "engines", "select", "conversations", "tools"},
+    "api": BOTTOM | {"documents", "engines", "server", "select", "store", "modelfile", "rpc", "choose", "tools"},
     "commands": BOTTOM | {"documents", "commands", "select", "modelfile", "rpc", "store", "engines", "ui", "server",
-                          "api", "choose", "conversations"},
+                          "api", "choose", "conversations", "tools"},
     "__init__": {"api"},  # `pocketchat.load`, imported on first use
     "cli": BOTTOM | {"commands", "choose", "__init__"},  # __init__: __version__
     "__main__": {"cli"},
@@ -38,7 +39,7 @@ FLOORS = [
     {"types", "errors", "paths", "textsafe", "filehold", "metal"},
     {"modelfile", "rpc", "documents"},
     {"select", "engines"},
-    {"store", "conversations"},
+    {"store", "conversations", "tools"},
     {"choose", "server", "ui"},
     {"api"},
     {"__init__", "commands"},

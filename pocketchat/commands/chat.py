@@ -34,6 +34,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--file", dest="files", action="append", metavar="PATH",
                    help="with -p: attach a file (text, Markdown, code, CSV, JSON, HTML, PDF) to the "
                         "question; repeat for several (in the chat: Ctrl+O)")
+    p.add_argument("--mcp", metavar="FILE", default=None,
+                   help="tool servers the model may call (an mcpServers JSON file; default: "
+                        "mcp.json in pocketchat's config folder, if there); each call is "
+                        "confirmed unless the file marks the tool safe")
     p.add_argument("--show-thinking", dest="show_thinking", action="store_true",
                    help="with -p or a pipe: write the model's thinking to stderr (default: dropped)")
     add_prompt_cache_disk_arg(p)
@@ -247,6 +251,9 @@ def run(args: argparse.Namespace) -> int:
             print("No saved conversation yet: starting a new one.", file=sys.stderr)
         else:
             sel, note = resume_selection(sel, conversation)
+    from pocketchat.tools.loop import open_servers
+
+    tools = open_servers(getattr(args, "mcp", None))  # a bad config: said before anything loads
     think = think_of(args)
     session = Session(sel, notes=(note,) if note else (), think=think)
     app = create_app(
@@ -259,9 +266,14 @@ def run(args: argparse.Namespace) -> int:
         options=answer_options(args),
         ui_nice=max(0, getattr(args, "ui_nice", 0) or 0),
         about=lambda: session.about,
+        tools=tools,
     )
-    with drawing_on_the_terminal():  # `pocketchat 2> err.log`: the screen, not the log
-        code = app.run()
+    try:
+        with drawing_on_the_terminal():  # `pocketchat 2> err.log`: the screen, not the log
+            code = app.run()
+    finally:
+        if tools is not None:
+            tools.close()
     reminder = unsaved_reminder(app)
     if reminder:
         print(reminder, file=sys.stderr)

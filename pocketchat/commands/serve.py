@@ -60,6 +60,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     add_think_args(p, default_help="on: this machine's default budget; for requests that "
                                    "say nothing of thinking")
     add_prompt_cache_disk_arg(p)
+    p.add_argument("--mcp", metavar="FILE", default=None,
+                   help="tool servers for the web chat (an mcpServers JSON file; default: "
+                        "mcp.json in pocketchat's config folder, if there); each call is "
+                        "confirmed in the page")
     p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
                    help="let web pages from ORIGIN (e.g. https://app.example.com; '*' for any) "
                         "call the server from a browser; pages on this machine (localhost) "
@@ -154,6 +158,9 @@ def run(args: argparse.Namespace) -> int:
                          "needs an API key",
                          hint="Pass --api-key KEY (or set POCKETCHAT_API_KEY); clients send "
                               "`Authorization: Bearer KEY`. Or listen on 127.0.0.1 (the default).")
+    from pocketchat.tools.loop import open_servers
+
+    args.tools = open_servers(args.mcp)  # a bad config: said before any download
     sel = Selection.from_args(args)
     if args.prompt_cache_mb is not None:  # before any download
         check_prompt_cache(args.prompt_cache_mb, sel.profile())
@@ -264,10 +271,12 @@ def _serve(args: argparse.Namespace, choice, sock: socket.socket, api_key: str |
                      "size": _file_size(choice.path),
                      "n_ctx": choice.plan.n_ctx, "parallel": host.sequences}}
     on, budget = getattr(args, "thinking_default", (True, None))
+    tools = getattr(args, "tools", None)
     app = create_app(host, model_id=name, aliases=aliases, api_key=api_key,
                      loopback_only=loopback, model_info=info, cors_origins=args.cors_origin,
                      thinking=ThinkDefault(on, budget),
-                     access_log=lambda text: print(text, file=sys.stderr, flush=True))
+                     access_log=lambda text: print(text, file=sys.stderr, flush=True),
+                     tools=tools)
     together = f", {host.sequences} answers at once" if host.sequences > 1 else ""
     idle = getattr(args, "idle_seconds", None)
     together += f"; unloaded after {idle / 60:g} min idle" if idle else ""
@@ -277,7 +286,11 @@ def _serve(args: argparse.Namespace, choice, sock: socket.socket, api_key: str |
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
                             timeout_graceful_shutdown=3, use_colors=False)
     server = stoppable_server(config, host)
-    server.run(sockets=[sock])
+    try:
+        server.run(sockets=[sock])
+    finally:
+        if tools is not None:
+            tools.close()
     ignore_stop_signals()  # stopped: a second Ctrl-C during the last cleanup is not a traceback
     if failed:
         raise failed[0]

@@ -128,7 +128,7 @@ class Conversation:
     model_path: str = ""  # the file or folder it ran from: `--continue` reopens the same model
     system: str | None = None
     thinking_budget: int | None = None  # the web chat's per-chat budget (None: the server's)
-    tool_answers: dict[str, str] = field(default_factory=dict)  # tool -> "always" | "never"
+    tool_answers: dict[str, Any] = field(default_factory=dict)  # tools.Permissions.to_json()
     messages: list[ChatMessage] = field(default_factory=list)
     directory: Path | None = field(default=None, repr=False, compare=False)
     forked_from: str | None = field(default=None, repr=False, compare=False)  # id it was copied from
@@ -164,6 +164,13 @@ class Conversation:
                     return 0
         return 0
 
+    def tool_result(self, call_id: str) -> str | None:
+        """The saved result of the tool call `call_id` (None: it has none)."""
+        for message in self.messages:
+            if message.role == "tool" and message.tool_call_id == call_id:
+                return message.content
+        return None
+
     def last_answer(self) -> ChatMessage | None:
         for message in reversed(self.messages):
             if message.role == "assistant" and message.content:
@@ -196,7 +203,7 @@ class Conversation:
             "system": self.system,
             "messages": [m.to_json() for m in self.messages],
         } | ({"thinking_budget": self.thinking_budget} if self.thinking_budget is not None else {}) \
-          | ({"tool_answers": dict(self.tool_answers)} if self.tool_answers else {})
+          | ({"tool_answers": dict(self.tool_answers)} if any(self.tool_answers.values()) else {})
 
     @classmethod
     def from_json(cls, data: dict[str, Any], directory: Path | None = None) -> Conversation:
@@ -211,8 +218,7 @@ class Conversation:
             model_path=str(data.get("model_path") or ""),
             system=data.get("system") or None,
             thinking_budget=_budget(data.get("thinking_budget")),
-            tool_answers={str(k): str(v) for k, v in (data.get("tool_answers") or {}).items()
-                          if v in ("always", "never")},
+            tool_answers=data["tool_answers"] if isinstance(data.get("tool_answers"), dict) else {},
             messages=[ChatMessage.from_json(m) for m in data["messages"]],
             directory=directory,
         )

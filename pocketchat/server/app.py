@@ -53,11 +53,12 @@ def create_app(host: EngineHost, *, model_id: str, aliases: Sequence[str] = (),
                api_key: str | None = None, loopback_only: bool = True,
                model_info: dict[str, Any] | None = None, max_body: int = MAX_BODY_BYTES,
                cors_origins: Sequence[str] = (), thinking: ThinkDefault | None = None,
-               access_log: Callable[[str], None] | None = None) -> Any:
+               access_log: Callable[[str], None] | None = None, tools: Any = None) -> Any:
     """The server's ASGI application (run it with uvicorn); `cors_origins`: the web origins
     allowed besides this machine's own pages ('*': any), see cors.py; `thinking`: what a
     request that says nothing of thinking gets (`serve --think`); `access_log`: where each
-    request's line goes (access.py; None: nowhere)."""
+    request's line goes (access.py; None: nowhere); `tools`: the MCP servers
+    (`tools.servers.ToolServers`) the web chat's model may call."""
     created = int(time.time())
     card = {"id": model_id, "object": "model", "created": created, "owned_by": "pocketchat",
             **(model_info or {})}
@@ -163,7 +164,7 @@ def create_app(host: EngineHost, *, model_id: str, aliases: Sequence[str] = (),
     routes += [Route(path, endpoint, methods=methods) for path, endpoint, methods in native]
     sessions = Sessions()
     routes += web_routes(host, model_id=model_id, model_info=model_info or {}, sessions=sessions,
-                         api_key=api_key, thinking=thoughts)
+                         api_key=api_key, thinking=thoughts, tools=tools)
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={HTTPException: http_error, Exception: http_error})
     guarded = Guard(Preflight(app), api_key=api_key, loopback_only=loopback_only,

@@ -11,7 +11,7 @@ import os
 import signal
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from textual import events, work
 from textual.app import App, ComposeResult, SystemCommand
@@ -75,6 +75,7 @@ class ChatApp(App[int]):
         memory_probe: MemoryFn | None = None,
         save_interval: float = 1.0,
         ui_nice: int = 0,
+        tools: Any = None,
     ) -> None:
         super().__init__()
         prestart_process_helpers()
@@ -82,7 +83,8 @@ class ChatApp(App[int]):
         self.prepare = prepare
         self.about = about
         self.chat = Chat(conversation, system=system, thinking=thinking, options=options,
-                         save_interval=save_interval, thinking_budget=thinking_budget)
+                         save_interval=save_interval, thinking_budget=thinking_budget,
+                         tools=tools)  # a `tools.servers.ToolServers`, or None
         self._memory_probe = memory_probe
         self._own_probe = memory_probe is None  # ours follows the engine's worker across restarts
         self._ctrl_c_at = -CTRL_C_AGAIN

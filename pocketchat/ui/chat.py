@@ -10,7 +10,7 @@ import asyncio
 import dataclasses
 import threading
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -20,7 +20,6 @@ from textual.widget import AwaitMount
 from pocketchat.conversations import Conversation, save_problem
 from pocketchat.errors import EngineCrashed, HelperGone
 from pocketchat.engines.types import ChatOptions, Engine, EngineInfo
-from pocketchat.conversations import modelstate
 from pocketchat.ui import enginewatch
 from pocketchat.ui.attach import AttachHandlers, Attachments
 from pocketchat.ui.chips import ChipBar
@@ -30,6 +29,9 @@ from pocketchat.ui.messages import EngineLost
 from pocketchat.ui.holding import Holding
 from pocketchat.ui.screens import SystemPromptScreen
 from pocketchat.ui.streaming import AnswerStream, RenderPacer, StreamUpdate
+from pocketchat.ui import restoring
+from pocketchat.ui.toolcalls import ToolCallView, ToolRunner
+from pocketchat.tools.loop import MAX_STEPS, offered
 from pocketchat.ui.thinking import budget_of, saved_figures
 from pocketchat.ui.widgets import (
     AnswerView,
@@ -44,7 +46,9 @@ from pocketchat.ui.widgets import (
     figures_line,
 )
 
-from pocketchat.ui.enginewatch import ENGINE_WAIT
+
+if TYPE_CHECKING:
+    from pocketchat.tools.servers import ToolServers
 STATUS_INTERVAL = 0.5  # the status bar's figures change at most twice a second while streaming
 RESTART_HINT = "Ctrl+R restarts the engine (this conversation is kept); Ctrl+N starts a new chat."
 
@@ -63,6 +67,7 @@ class Chat(AttachHandlers, Vertical):
         thinking_budget: Callable[[], int | None] | int | None = None,
         options: ChatOptions | None = None,
         save_interval: float = 1.0,
+        tools: ToolServers | None = None,
         id: str | None = "chat",  # noqa: A002 - Textual's name
     ) -> None:
         super().__init__(id=id)
@@ -94,6 +99,8 @@ class Chat(AttachHandlers, Vertical):
         self._restore_task: asyncio.Task | None = None
         self.holding = Holding()  # one writer per conversation file
         self.files = Attachments(self)  # the files attached to the message being written
+        self.tools = ToolRunner(tools)  # the MCP servers the model may call (none: no tools)
+        self._step = 1  # the answer's step within its message (tool calls make more)
 
     def compose(self) -> ComposeResult:
         yield ChatLog(id="chat-log")
@@ -104,6 +111,7 @@ class Chat(AttachHandlers, Vertical):
     async def on_mount(self) -> None:
         await self._hold_and_show(self.conversation)
         self.query_one(PromptInput).focus()
+        self.tools.prefetch(self)  # the tools listed now, for the palette and the first answer
 
     def on_unmount(self) -> None:
         self.holding.release()
@@ -139,6 +147,8 @@ class Chat(AttachHandlers, Vertical):
                 prompt.remember(message.content)
             elif message.role == "assistant":
                 widgets.append(AnswerView(message.content, message.thinking, thought=saved_figures(message.stats)))
+                widgets += [ToolCallView(call, conversation.tool_result(call.id))
+                            for call in message.tool_calls]
         if not widgets:
             await log.mount(Welcome())
         else:
@@ -177,7 +187,7 @@ class Chat(AttachHandlers, Vertical):
     async def on_prompt_input_submitted(self, event: PromptInput.Submitted) -> None:
         if self.stream is not None and self.stream.finished.is_set():
             await self._pump()  # the answer ended since the last tick: close it now, then send
-        if self.stream is not None:
+        if self.stream is not None or self.tools.busy:
             self.notify("An answer is still streaming: Esc stops it.", severity="warning")
             return
         if self.engine is None:
@@ -200,10 +210,21 @@ class Chat(AttachHandlers, Vertical):
         files, tokens, reading = self.files.take()  # the answer waits for their read-ahead
         conversation.add("user", text, attachments=files,
                          stats={"attachment_tokens": tokens} if files else None)
+        await self._answer_step(1, UserMessage(text, files, tokens), reading)
+
+    async def _answer_step(self, step: int, asked: UserMessage | None = None,
+                           reading: Any = None) -> None:
+        """The model's answer to the conversation so far: its first to a message (`asked`,
+        shown above it), or its next after its tool calls ran (toolcalls.py)."""
+        assert self.engine is not None
+        tools, forced = await self.tools.offer(self, first=step == 1)
+        conversation = self.conversation
         history = conversation.engine_messages()
         message = conversation.add("assistant", interrupted=True)
         budget = budget_of(self) if self.thinking else None
         options = dataclasses.replace(self.base_options, thinking=self.thinking, thinking_budget=budget)
+        options = offered(options, tools, last=step == MAX_STEPS, forced=forced)
+        self._step = step
         shown = threading.Event()
         stream = AnswerStream(self.engine, conversation, message, history, options,
                               save_interval=self.save_interval,
@@ -217,7 +238,7 @@ class Chat(AttachHandlers, Vertical):
         # The answer's room is blank rows: the log follows its text (placed as it is laid out).
         self.chat_log.follower = self._follower = Follower(self.chat_log, view)
         self._follower.release()
-        await self.chat_log.mount_all([UserMessage(text, files, tokens), view])
+        await self.chat_log.mount_all([asked, view] if asked is not None else [view])
         self.call_after_refresh(shown.set)  # then the model starts (the mount's layout is done)
         self._answer = view
         self.status(figures_from_stats(None, "Waiting for the first token", self.memory,
@@ -305,6 +326,8 @@ class Chat(AttachHandlers, Vertical):
         mounting, self._mounting = self._mounting, []
         for mounted in mounting:  # the notices above are on screen before the answer counts as done
             await mounted
+        if message.tool_calls and not message.interrupted and update.exception is None:
+            self.tools.follow_up(self, message.tool_calls)  # run, then the model answers again
         self.stream, self._answer = None, None  # last: a test (or a user) sees it all done
         self.files.note_answer(message.stats)
         self.files.read()  # files attached while it streamed: read now
@@ -338,29 +361,7 @@ class Chat(AttachHandlers, Vertical):
     # -- the model's saved state ------------------------------------------------------------
     def restore_state(self) -> None:
         """Load the conversation's saved model state into the engine (in a thread)."""
-        if self.engine is not None and self.conversation.messages:
-            self._restored = threading.Event()
-            self._restore_task = asyncio.create_task(  # a reference keeps the task alive
-                self._restore(self.engine, self.conversation, self._restored))
-
-    async def _restore(self, engine: Engine, conversation: Conversation,
-                       done: threading.Event) -> None:
-        try:
-            last = self.last_stream
-            if last is not None:
-                await asyncio.to_thread(last.wait_settled, ENGINE_WAIT)
-            await asyncio.to_thread(self.files.wait_idle, ENGINE_WAIT)  # a read-ahead stopped
-            if self.stream is None and conversation.state_path.exists():
-                self.idle_status(restoring_line(conversation.state_path.stat().st_size))
-            result = await asyncio.to_thread(modelstate.restore, engine, conversation)
-        finally:
-            done.set()
-            if self.stream is None and self.query(StatusBar):
-                self.idle_status()
-        if result is not None and conversation is self.conversation and engine is self.engine:
-            self.notice(result.text, kind="info")
-            if result.loaded and self.stream is None:  # the meter: what the context now holds
-                self.idle_status(context_used=result.tokens)
+        restoring.start(self)
 
     # -- conversations ---------------------------------------------------------------------
     async def new_chat(self) -> None:

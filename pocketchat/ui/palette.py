@@ -39,6 +39,10 @@ class ChatCommands(Provider):
             if chat.files.pending:
                 yield ("Remove the attached files", "Take the files off the next message",
                        chat.files.clear)
+            for tool in chat.tools.listed:  # the MCP servers' tools (--mcp, mcp.json)
+                yield (f"Use the tool {tool.name}", f"The next answer calls it ({tool.server}: "
+                       f"{tool.summary or 'no description'})",
+                       lambda name=tool.name: chat.tools.force(chat, name))
             yield "Copy last answer", "Copy the last answer to the clipboard", lambda: copy_answer(chat)
         yield ("Hardware and recommendation", "What runs, on what, and why",
                lambda: app.run_action("about"))

@@ -105,6 +105,8 @@ class AnswerStream:
                     if chunk.thinking:
                         self._thinking.append(chunk.thinking)
                         message.thinking += chunk.thinking
+                    if chunk.tool_calls:  # run once the answer ends (ui/toolcalls.py)
+                        message.tool_calls += chunk.tool_calls
                     self._stats = chunk.stats
                     self._progress = chunk.progress
                     self.thought.feed(chunk)

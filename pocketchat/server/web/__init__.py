@@ -7,6 +7,7 @@
     GET|POST /web/api/chats       the saved conversations (the terminal chat's store) / a new one
     GET|PATCH|DELETE /web/api/chats/{id}
     POST /web/api/chats/{id}/answer   a message answered as server-sent events, saved as it streams
+    POST /web/api/chats/{id}/tools/{call_id}   the page's answer to a tool call waiting for it
 
 The page is static (no build step, no outside origin) and builds every node from text, so a
 model's answer, a file name or a saved chat never runs as HTML; the pages are served with a
@@ -16,7 +17,7 @@ Conversations are the terminal chat's files (conversations/), so a chat goes on 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.routing import Route
 
@@ -25,16 +26,23 @@ from pocketchat.server.web.answer import WebAnswer
 from pocketchat.server.web.chats import Chats
 from pocketchat.server.web.pages import OPEN_PAGES, page_routes
 from pocketchat.server.web.signin import SESSION_COOKIE, Sessions, signin_routes
+from pocketchat.server.web.webtools import WebTools
+
+if TYPE_CHECKING:
+    from pocketchat.tools.servers import ToolServers
 
 
 def web_routes(host: EngineHost, *, model_id: str, model_info: dict[str, Any],
-               sessions: Sessions, api_key: str | None, thinking: Any) -> list[Route]:
-    """Every route of the web chat (`create_app` adds them beside the APIs)."""
-    chats = Chats(host, model_id, model_info)
-    answer = WebAnswer(host, model_id, chats)
+               sessions: Sessions, api_key: str | None, thinking: Any,
+               tools: ToolServers | None = None) -> list[Route]:
+    """Every route of the web chat (`create_app` adds them beside the APIs); `tools`: the MCP
+    servers the web chat's model may call (webtools.py)."""
+    web_tools = WebTools(tools)
+    chats = Chats(host, model_id, model_info, web_tools)
+    answer = WebAnswer(host, model_id, chats, web_tools)
     answer.thinking = thinking
     return [*page_routes(), *signin_routes(sessions, api_key), *chats.routes(),
-            Route("/web/api/chats/{id}/answer", answer, methods=["POST"])]
+            *web_tools.routes(), Route("/web/api/chats/{id}/answer", answer, methods=["POST"])]
 
 
 __all__ = ["web_routes", "Sessions", "SESSION_COOKIE", "OPEN_PAGES"]

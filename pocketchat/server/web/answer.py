@@ -9,7 +9,9 @@ server-sent events and saved into the conversation as it streams (the terminal c
     {"event": "error", "message"}                              it failed once streaming
 
 `mode` "new" answers `text` (and `files`); "regenerate" answers the last user message again;
-"edit" replaces the last user message first. Nothing is saved until the engine begins on the
+"edit" replaces the last user message first. With tool servers (webtools.py) the model may call
+tools: `tool_call` and `tool_result` events, then `step` (that answer's figures) before the
+model answers again, at most `tools.loop.MAX_STEPS` answers; `tool` names one it must call. Nothing is saved until the engine begins on the
 prompt: a refusal (a file that does not fit, a model that is loading) leaves the chat as it was. A
 client that goes away (the page's stop) leaves the answer saved so far, marked interrupted.
 Reopening a chat loads its saved model state first (conversations/modelstate), and each answer
@@ -40,6 +42,8 @@ from pocketchat.server.protocols.files import from_base64
 from pocketchat.server.reply import Delta
 from pocketchat.server.turn import Turn, chat_run
 from pocketchat.server.web.chats import Chats
+from pocketchat.server.web.webtools import WebTools
+from pocketchat.tools.loop import MAX_STEPS
 
 MODES = ("new", "regenerate", "edit")
 MAX_TEXT_CHARS = 400_000
@@ -52,6 +56,7 @@ class WebRequest:
     text: str
     files: tuple[Attachment, ...]
     mode: str
+    tool: str | None = None  # the tool the answer must call (the page's "use a tool")
 
 
 def parse(body: bytes, chat_id: str) -> WebRequest:
@@ -79,7 +84,11 @@ def parse(body: bytes, chat_id: str) -> WebRequest:
         read.append(from_base64(f["data"], name, None, f"files[{i}]"))
     if mode != "regenerate" and not text.strip() and not read:
         raise bad("write a message or attach a file", "text")
-    return WebRequest(chat_id, text, tuple(read), mode)
+    tool = data.get("tool")
+    if tool is not None and (not isinstance(tool, str) or not tool):
+        raise bad("tool must be the name of one of the tools (GET /web/api/info lists them)",
+                  "tool")
+    return WebRequest(chat_id, text, tuple(read), mode, tool)
 
 
 def prepared(chat: Conversation, request: WebRequest) -> None:
@@ -94,9 +103,9 @@ def prepared(chat: Conversation, request: WebRequest) -> None:
     if not chat.messages or chat.messages[-1].role != "user":
         raise ApiError("this chat has no message to answer again", status=400,
                        code="invalid_request", param="mode")
-    if request.mode == "edit":
-        chat.messages.pop()
-        chat.add("user", request.text, attachments=request.files)
+    if request.mode == "edit":  # the files it had stay unless others are sent
+        old = chat.messages.pop()
+        chat.add("user", request.text, attachments=request.files or old.attachments)
 
 
 def live(stats: Stats | None) -> dict[str, Any]:
@@ -110,9 +119,10 @@ def live(stats: Stats | None) -> dict[str, Any]:
 class WebAnswer(Endpoint):
     """The web chat's answering endpoint (an ASGI app, as every generating endpoint)."""
 
-    def __init__(self, host: EngineHost, model_id: str, chats: Chats) -> None:
+    def __init__(self, host: EngineHost, model_id: str, chats: Chats, tools: WebTools) -> None:
         super().__init__(host, model_id)
         self.chats = chats
+        self.tools = tools
         self._state_of: tuple[int, str] | None = None  # (engine, chat) the live state is
         self._locks: dict[str, asyncio.Lock] = {}  # one answer per chat at a time, saves included
 
@@ -150,11 +160,14 @@ class WebAnswer(Endpoint):
     async def _answer(self, chat: Conversation, request: WebRequest, out: Responder,
                       turn: Turn) -> None:
         prepared(chat, request)
-        messages = chat.engine_messages()
         answer_id = f"web-{uuid.uuid4().hex[:24]}"
-        reply_msg = chat.add("assistant", "", interrupted=True)
         autosave = conversations.Autosave(chat)
+        tools = await self.tools.listed()
+        if request.tool is not None and request.tool not in {t.name for t in tools}:
+            raise ApiError(f"there is no tool named {request.tool!r} (GET /web/api/info lists "
+                           "them)", status=400, code="invalid_request", param="tool")
         started = False
+        reply_msg = chat.add("assistant", "", interrupted=True)
 
         async def begin() -> None:
             nonlocal started
@@ -192,15 +205,26 @@ class WebAnswer(Endpoint):
             await turn.call(lambda e: modelstate.restore(e, chat))
         self._state_of = (engine, chat.id)
         try:
-            reply = await answer_one(turn, chat_run(messages, self.options(chat)), (),
-                                     on_delta, on_progress, thinking=self.thinking,
-                                     key=answer_id)
-            await begin()  # an answer of no text still starts its stream
-            reply_msg.interrupted = False
-            reply_msg.stats = stats_summary(reply.stats) | {
-                "thinking_tokens": reply.stats.thinking_tokens,
-                "thinking_end": reply.stats.thinking_end, "finish_reason": reply.finish_reason}
-            autosave.flush()
+            for step in range(1, MAX_STEPS + 1):
+                options = self.tools.offered(self.options(chat), tools, last=step == MAX_STEPS,
+                                             forced=request.tool if step == 1 else None)
+                reply = await answer_one(turn, chat_run(chat.engine_messages(), options),
+                                         (), on_delta, on_progress, thinking=self.thinking,
+                                         key=answer_id)
+                await begin()  # an answer of no text still starts its stream
+                reply_msg.interrupted = False
+                reply_msg.tool_calls = tuple(reply.tool_calls)
+                reply_msg.stats = stats_summary(reply.stats) | {
+                    "thinking_tokens": reply.stats.thinking_tokens,
+                    "thinking_end": reply.stats.thinking_end,
+                    "finish_reason": reply.finish_reason}
+                autosave.flush()
+                if not reply.tool_calls:
+                    break
+                await self.tools.run_calls(chat, reply.tool_calls, tools, out)
+                autosave.flush()
+                await out.event({"event": "step", "stats": reply_msg.stats})
+                reply_msg = chat.add("assistant", "", interrupted=True)
             await out.event({"event": "done", "finish_reason": reply.finish_reason,
                              "stats": reply_msg.stats})
             await out.end()

@@ -47,10 +47,16 @@ def load(chat_id: str) -> Conversation:
 
 
 def message_json(message: ChatMessage) -> dict[str, Any]:
-    return {"role": message.role, "content": message.content, "thinking": message.thinking,
+    data = {"role": message.role, "content": message.content, "thinking": message.thinking,
             "stats": message.stats, "interrupted": message.interrupted,
             "attachments": [{"name": a.name, "kind": a.kind, "pages": a.pages or None,
                              "size": a.size} for a in message.attachments]}
+    if message.tool_calls:
+        data["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments}
+                              for c in message.tool_calls]
+    if message.role == "tool":
+        data |= {"tool_call_id": message.tool_call_id, "name": message.name}
+    return data
 
 
 def chat_json(chat: Conversation) -> dict[str, Any]:
@@ -58,7 +64,7 @@ def chat_json(chat: Conversation) -> dict[str, Any]:
             "system": chat.system, "thinking_budget": chat.thinking_budget,
             "updated": chat.updated or chat.created, "forked_from": chat.forked_from,
             "messages": [message_json(m) for m in chat.messages
-                         if m.role in ("user", "assistant")]}
+                         if m.role in ("user", "assistant", "tool")]}
 
 
 def apply_settings(chat: Conversation, body: Any) -> None:
@@ -99,8 +105,10 @@ async def _json(request: Request) -> Any:
 class Chats:
     """The routes over the conversation store, and the model card the page shows."""
 
-    def __init__(self, host: EngineHost, model_id: str, model_info: dict[str, Any]) -> None:
+    def __init__(self, host: EngineHost, model_id: str, model_info: dict[str, Any],
+                 tools: Any = None) -> None:
         self.host = host
+        self.tools = tools  # webtools.WebTools: what /web/api/info lists
         self.model_id = model_id
         self.meta = model_info.get("meta", {})
         self.context_limit = int(model_info.get("max_model_len") or 0)
@@ -141,7 +149,10 @@ class Chats:
                              "placement": self.meta.get("placement", ""),
                              "context_limit": self.context_limit, "thinks": thinks,
                              "state": health.get("status", self.host.state),
-                             "note": str(health.get("error") or "")})
+                             "note": str(health.get("error") or ""),
+                             "tools": [{"name": t.name, "server": t.server, "safe": t.safe,
+                                        "description": t.summary}
+                                       for t in (await self.tools.listed() if self.tools else ())]})
 
     async def list(self, _: Request) -> Response:
         found = [*sorted(self.pending.values(), key=lambda c: c.created, reverse=True),

@@ -40,6 +40,7 @@ const ui = {
   attach: $('#attach'),
   fileInput: $('#file-input'),
   composer: $('#composer'),
+  toolChoice: $('#tool-choice'),
   send: $('#send'),
   stop: $('#stop'),
   composerNote: $('#composer-note'),
@@ -165,6 +166,22 @@ function renderInfo(info) {
   ui.modelInfo.title = [info.model, details].filter(Boolean).join(' — ');
   if (info.context_limit) state.contextLimit = info.context_limit;
   setStatus(info.state, info.note);
+  renderTools(info.tools || []);
+}
+
+/** The tool servers' tools: the next answer may be made to call one. */
+function renderTools(tools) {
+  const chosen = ui.toolChoice.value;
+  ui.toolChoice.replaceChildren(el('option', '', 'tools: the model chooses'));
+  ui.toolChoice.firstChild.value = '';
+  for (const tool of tools) {
+    const option = el('option', '', `use ${tool.name}`);
+    option.value = tool.name;
+    option.title = [tool.server, tool.description].filter(Boolean).join(': ');
+    ui.toolChoice.appendChild(option);
+  }
+  ui.toolChoice.value = tools.some((t) => t.name === chosen) ? chosen : '';
+  show(ui.toolChoice, tools.length > 0);
 }
 
 const STATE_TEXT = {
@@ -403,6 +420,7 @@ function renderChat(chat) {
   (chat.messages || []).forEach((m) => {
     if (m.role === 'user') ui.messages.appendChild(userMessage(m));
     else if (m.role === 'assistant') ui.messages.appendChild(savedAssistant(m));
+    else if (m.role === 'tool') placeSavedResult(m);
   });
   updateActions();
   updateEmpty();
@@ -439,11 +457,12 @@ function userMessage(m) {
 function assistantView() {
   const node = el('div', 'message assistant');
   const content = el('div', 'content');
+  const tools = el('div', 'tools');
   const figures = el('div', 'figures');
   const actions = el('div', 'actions');
-  node.append(content, figures, actions);
+  node.append(content, tools, figures, actions);
   show(figures, false);
-  const view = { node, content, figures, thought: null, thoughtLabel: null, thoughtBody: null, answerNow: null };
+  const view = { node, content, tools, figures, thought: null, thoughtLabel: null, thoughtBody: null, answerNow: null };
   return view;
 }
 
@@ -481,8 +500,215 @@ function savedAssistant(m) {
     view.thoughtLabel.textContent = thoughtLabel(false, stats.thinking_tokens);
   }
   view.content.appendChild(renderMarkdown(m.content || ''));
+  (Array.isArray(m.tool_calls) ? m.tool_calls : []).forEach((c) => {
+    if (c) view.tools.appendChild(toolCallBlock(c.id, c.name, c.arguments).node);
+  });
   setFigures(view, m.stats, m.interrupted);
   return view.node;
+}
+
+// ---------------------------------------------------------------- tool calls
+
+const DECISION_TEXT = {
+  once: 'allowed once',
+  always: 'allowed always in this chat',
+  never: 'never in this chat',
+  deny: 'denied',
+};
+
+/** The arguments of a call as readable text: pretty JSON, or the raw text. */
+function prettyArguments(args) {
+  if (args === undefined || args === null || args === '') return '{}';
+  if (typeof args !== 'string') {
+    try { return JSON.stringify(args, null, 2); } catch (e) { return String(args); }
+  }
+  try {
+    return JSON.stringify(JSON.parse(args), null, 2);
+  } catch (e) {
+    return args;
+  }
+}
+
+/** A folded <details class="tool-call"> for one call; returns the node and its parts. */
+function toolCallBlock(callId, name, args) {
+  const node = el('details', 'tool-call');
+  node.dataset.callId = callId === undefined || callId === null ? '' : String(callId);
+  const summary = el('summary');
+  const label = el('span', 'tool-label', 'Tool: ' + (name || '?'));
+  summary.appendChild(label);
+  node.append(summary, el('pre', 'tool-args', prettyArguments(args)));
+  return { node, label, name: name || '?', buttons: null, error: null, waiting: false, choosing: null };
+}
+
+function setWaiting(call, waiting) {
+  call.waiting = waiting;
+  call.label.textContent = 'Tool: ' + call.name + (waiting ? ' · waiting for you' : '');
+  call.node.classList.toggle('waiting', waiting);
+}
+
+/** Replace the buttons (or nothing yet) of a call by its decision line. */
+function setDecision(call, text) {
+  const line = el('div', 'tool-decision', text);
+  if (call.buttons) {
+    call.buttons.replaceWith(line);
+    call.buttons = null;
+  } else {
+    const args = call.node.querySelector(':scope > .tool-args');
+    if (args) args.after(line);
+    else call.node.appendChild(line);
+  }
+  if (call.error) {
+    call.error.remove();
+    call.error = null;
+  }
+  setWaiting(call, false);
+}
+
+function askButtons(run, call, callId) {
+  const row = el('div', 'tool-buttons');
+  const choices = [
+    ['once', 'tool-once', 'Allow once'],
+    ['always', 'tool-always', 'Always in this chat'],
+    ['never', 'tool-never', 'Never in this chat'],
+    ['deny', 'tool-deny', 'Deny'],
+  ];
+  choices.forEach(([choice, cls, text]) => {
+    const b = button(cls, text);
+    b.addEventListener('click', () => decideTool(run, call, callId, choice));
+    row.appendChild(b);
+  });
+  return row;
+}
+
+async function decideTool(run, call, callId, choice) {
+  if (!call.buttons) return;
+  const row = call.buttons;
+  row.querySelectorAll('button').forEach((b) => { b.disabled = true; });
+  call.choosing = choice;
+  if (call.error) {
+    call.error.remove();
+    call.error = null;
+  }
+  try {
+    await api(chatUrl(run.chatId) + '/tools/' + encodeURIComponent(callId),
+      { method: 'POST', body: { choice } });
+  } catch (e) {
+    if (call.buttons !== row) return; // settled meanwhile (its result came, or the answer ended)
+    call.choosing = null;
+    row.querySelectorAll('button').forEach((b) => { b.disabled = false; });
+    const line = el('div', 'error', (e && e.message) || 'The answer could not be sent.');
+    line.setAttribute('role', 'alert');
+    row.after(line);
+    call.error = line;
+    return;
+  }
+  if (call.buttons === row) setDecision(call, DECISION_TEXT[choice]);
+}
+
+/** A <details class="tool-result"> for one result. */
+function toolResultBlock(ok, text, note) {
+  const node = el('details', ok ? 'tool-result' : 'tool-result failed');
+  const summary = el('summary');
+  summary.appendChild(el('span', 'tool-result-label', ok ? 'Result' : 'Failed'));
+  if (note) summary.appendChild(el('span', 'note', String(note)));
+  node.append(summary, el('pre', 'tool-output', text === undefined || text === null ? '' : String(text)));
+  return node;
+}
+
+/** A saved tool message: its result under the call block with its id, else in the last assistant message. */
+function placeSavedResult(m) {
+  const id = m.tool_call_id === undefined || m.tool_call_id === null ? null : String(m.tool_call_id);
+  const result = toolResultBlock(m.ok !== false, m.content || '', m.interrupted ? 'interrupted' : '');
+  const blocks = ui.messages.querySelectorAll('details.tool-call');
+  for (let i = blocks.length - 1; i >= 0; i--) {
+    if (id !== null && blocks[i].dataset.callId === id) {
+      blocks[i].appendChild(result);
+      return;
+    }
+  }
+  const assistants = ui.messages.querySelectorAll('.message.assistant');
+  const last = assistants[assistants.length - 1];
+  if (last) last.querySelector('.tools').appendChild(result);
+}
+
+function onToolCall(run, ev) {
+  const view = run.view;
+  const stick = nearBottom();
+  const callId = ev.call_id === undefined || ev.call_id === null ? '' : String(ev.call_id);
+  const call = toolCallBlock(callId, ev.name, ev.arguments);
+  view.tools.appendChild(call.node);
+  run.calls.set(callId, call);
+  run.toolCalls.push({ id: callId, name: ev.name || '', arguments: ev.arguments || '' });
+  if (ev.ask) {
+    call.node.open = true;
+    call.buttons = askButtons(run, call, callId);
+    call.node.appendChild(call.buttons);
+    setWaiting(call, true);
+  } else {
+    setDecision(call, 'runs without asking (marked safe)');
+  }
+  if (stick || ev.ask) scrollToBottom();
+}
+
+function onToolResult(run, ev) {
+  const callId = ev.call_id === undefined || ev.call_id === null ? '' : String(ev.call_id);
+  const call = run.calls.get(callId);
+  const stick = nearBottom();
+  const result = toolResultBlock(ev.ok !== false, ev.text, ev.note);
+  if (call) {
+    // The result can come before the answer to the POST; otherwise it was answered elsewhere
+    // or timed out, and the buttons no longer mean anything.
+    if (call.buttons) {
+      setDecision(call, call.choosing ? DECISION_TEXT[call.choosing]
+        : (ev.ok === false ? 'not run' : 'answered'));
+    }
+    call.node.appendChild(result);
+  } else {
+    run.view.tools.appendChild(result);
+  }
+  run.toolMsgs.push({
+    role: 'tool', content: ev.text || '', tool_call_id: callId, name: call ? call.name : '',
+    interrupted: false, attachments: [],
+  });
+  if (stick) scrollToBottom();
+}
+
+/** Settle calls still waiting when the answer ends (the server denies them). */
+function settlePending(run) {
+  run.calls.forEach((call) => {
+    if (call.buttons) setDecision(call, run.interrupted ? 'not answered (stopped)' : 'not answered');
+  });
+}
+
+/** The assistant message before the tools ended; the model answers again in a new one. */
+function onStep(run, ev) {
+  const view = run.view;
+  if (run.frame) cancelAnimationFrame(run.frame);
+  run.frame = 0;
+  view.content.replaceChildren(renderMarkdown(run.content));
+  const stats = ev.stats || {};
+  if (view.thought) {
+    view.thoughtLabel.textContent = thoughtLabel(false, stats.thinking_tokens
+      || (run.live && run.live.thinking_tokens));
+    show(view.answerNow, false);
+  }
+  setFigures(view, stats, false);
+  if (stats.context_used !== undefined) setMeter(stats.context_used, stats.context_limit);
+  run.segments.push({
+    role: 'assistant', content: run.content, thinking: run.reasoning, stats,
+    interrupted: false, attachments: [], tool_calls: run.toolCalls,
+  });
+  run.segments.push(...run.toolMsgs);
+  run.content = '';
+  run.reasoning = '';
+  run.live = null;
+  run.toolCalls = [];
+  run.toolMsgs = [];
+  const next = assistantView();
+  ui.messages.appendChild(next.node);
+  run.view = next;
+  updateActions();
+  if (nearBottom()) scrollToBottom();
 }
 
 function figuresText(stats, interrupted) {
@@ -710,9 +936,10 @@ function dropForMode(mode) {
   const nodes = Array.from(ui.messages.querySelectorAll('.message'));
   const msgs = (state.chat && state.chat.messages) || [];
   if (mode === 'regenerate') {
-    const last = nodes[nodes.length - 1];
-    if (last && last.classList.contains('assistant')) last.remove();
-    if (msgs.length && msgs[msgs.length - 1].role === 'assistant') msgs.pop();
+    // The whole last answer goes: every assistant message (and its tools) after the last user one.
+    let i = nodes.length - 1;
+    while (i >= 0 && nodes[i].classList.contains('assistant')) nodes[i--].remove();
+    while (msgs.length && msgs[msgs.length - 1].role !== 'user') msgs.pop();
   } else if (mode === 'edit') {
     let i = nodes.length - 1;
     while (i >= 0 && !nodes[i].classList.contains('user')) i--;
@@ -735,6 +962,7 @@ async function answer(mode) {
   if (state.answering) return;
   const text = mode === 'regenerate' ? '' : ui.composer.value;
   const pendingFiles = mode === 'regenerate' ? [] : state.files.slice();
+  const tool = ui.toolChoice.value || null;  // this message's answer calls it
   setAnswering(true);
   composerNote('');
   clearErrors();
@@ -767,6 +995,7 @@ async function answer(mode) {
     state.files = [];
     renderChips();
     state.editing = false;
+    ui.toolChoice.value = '';
   }
   const view = assistantView();
   ui.messages.appendChild(view.node);
@@ -777,6 +1006,7 @@ async function answer(mode) {
   const run = {
     view, content: '', reasoning: '', live: null, stats: null,
     started: false, finished: false, error: null, interrupted: false, frame: 0,
+    chatId: chat.id, calls: new Map(), toolCalls: [], toolMsgs: [], segments: [],
   };
   const controller = new AbortController();
   state.controller = controller;
@@ -786,7 +1016,7 @@ async function answer(mode) {
     const res = await fetch(chatUrl(chat.id) + '/answer', {
       method: 'POST',
       headers: { 'Content-Type': 'application/json', Accept: 'text/event-stream' },
-      body: JSON.stringify({ text, files, mode }),
+      body: JSON.stringify({ text, files, mode, tool }),
       signal: controller.signal,
     });
     if (res.status === 401) {
@@ -827,6 +1057,17 @@ function onEvent(run, ev) {
     case 'delta':
       hideProgress();
       onDelta(run, ev);
+      break;
+    case 'tool_call':
+      hideProgress();
+      onToolCall(run, ev);
+      break;
+    case 'tool_result':
+      onToolResult(run, ev);
+      break;
+    case 'step':
+      hideProgress();
+      onStep(run, ev);
       break;
     case 'done':
       hideProgress();
@@ -880,6 +1121,7 @@ function finishRun(run, ctx) {
   if (run.frame) cancelAnimationFrame(run.frame);
   run.frame = 0;
   state.answerId = null;
+  settlePending(run);
   if (state.chat !== ctx.chat) {
     // The user opened another chat meanwhile; the server keeps the saved copy.
     hideProgress();
@@ -898,7 +1140,7 @@ function finishRun(run, ctx) {
   setBusyNote('');
   state.answerId = null;
 
-  const hasAnswer = Boolean(run.content || run.reasoning);
+  const hasAnswer = Boolean(run.content || run.reasoning || run.toolCalls.length);
   if (run.stats) {
     setFigures(view, run.stats, run.interrupted);
     if (run.stats.context_used !== undefined) setMeter(run.stats.context_used, run.stats.context_limit);
@@ -908,14 +1150,20 @@ function finishRun(run, ctx) {
   }
 
   const msgs = ctx.chat.messages = ctx.chat.messages || [];
+  const saved = run.segments.slice();
   if (run.error && !hasAnswer) {
     view.node.remove();
   } else {
-    if (ctx.mode !== 'regenerate' && ctx.userNode) msgs.push(ctx.userMsg);
-    msgs.push({
+    const last = {
       role: 'assistant', content: run.content, thinking: run.reasoning,
       stats: run.stats, interrupted: run.interrupted, attachments: [],
-    });
+    };
+    if (run.toolCalls.length) last.tool_calls = run.toolCalls;
+    saved.push(last, ...run.toolMsgs);
+  }
+  if (saved.length) {
+    if (ctx.mode !== 'regenerate' && ctx.userNode) msgs.push(ctx.userMsg);
+    msgs.push(...saved);
   }
   if (run.error) {
     if (!run.started && ctx.userNode) ctx.userNode.remove();
