@@ -47,15 +47,10 @@ def load(chat_id: str) -> Conversation:
 
 
 def message_json(message: ChatMessage) -> dict[str, Any]:
-    data = {"role": message.role, "content": message.content, "thinking": message.thinking,
-            "stats": message.stats, "interrupted": message.interrupted,
-            "attachments": [{"name": a.name, "kind": a.kind, "pages": a.pages or None,
-                             "size": a.size} for a in message.attachments]}
-    if message.tool_calls:
-        data["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments}
-                              for c in message.tool_calls]
-    if message.role == "tool":
-        data |= {"tool_call_id": message.tool_call_id, "name": message.name}
+    """A turn as the page shows it: as saved, but a file only by its name, kind and size."""
+    data = message.to_json()
+    data["attachments"] = [{"name": a.name, "kind": a.kind, "pages": a.pages or None,
+                            "size": a.size} for a in message.attachments]
     return data
 
 
