@@ -683,8 +683,7 @@ function settlePending(run) {
 /** The assistant message before the tools ended; the model answers again in a new one. */
 function onStep(run, ev) {
   const view = run.view;
-  if (run.frame) cancelAnimationFrame(run.frame);
-  run.frame = 0;
+  stopRendering(run);
   view.content.replaceChildren(renderMarkdown(run.content));
   const stats = ev.stats || {};
   if (view.thought) {
@@ -1085,17 +1084,27 @@ function onEvent(run, ev) {
 }
 
 function onDelta(run, ev) {
-  const view = run.view;
+  // Only kept here: the page changes at the next render (scheduleRender), not per event.
   if (ev.reasoning) {
     run.reasoning += ev.reasoning;
-    ensureThought(view);
-    view.thoughtBody.textContent = run.reasoning;
+    run.pendingThought = (run.pendingThought || '') + ev.reasoning;
   }
   if (ev.content) run.content += ev.content;
-  if (ev.live) {
-    run.live = ev.live;
-    setBusyNote(ev.live.threads_note || '');
-    if (ev.live.context_used !== undefined) setMeter(ev.live.context_used);
+  if (ev.live) run.live = ev.live;
+  scheduleRender(run);
+}
+
+/** The figures and the thought as the last events left them (called by the render). */
+function renderLive(run) {
+  const view = run.view;
+  if (run.pendingThought) {
+    ensureThought(view);
+    view.thoughtBody.append(run.pendingThought);  // a text node more: nothing laid out again
+    run.pendingThought = '';
+  }
+  if (run.live) {
+    setBusyNote(run.live.threads_note || '');
+    if (run.live.context_used !== undefined) setMeter(run.live.context_used);
   }
   if (view.thought) {
     const thinking = !run.content;
@@ -1103,23 +1112,69 @@ function onDelta(run, ev) {
     view.thoughtLabel.textContent = thoughtLabel(thinking, tokens);
     show(view.answerNow, thinking && Boolean(state.answerId));
   }
-  scheduleRender(run);
 }
 
+// While an answer streams the page renders at most this often, and only what changed: the
+// blocks that are complete (up to a blank line outside a code fence) are rendered once, the
+// block being written again each time. On a machine without a GPU the browser shares the
+// cores that decode (benchmarks/bench_overhead.py --paths web).
+const RENDER_EVERY_MS = 400;
+
 function scheduleRender(run) {
-  if (run.frame) return;
-  run.frame = requestAnimationFrame(() => {
-    run.frame = 0;
-    const stick = nearBottom();
-    run.view.content.replaceChildren(renderMarkdown(run.content));
-    if (stick) scrollToBottom();
-  });
+  if (run.frame || run.timer) return;
+  const wait = Math.max(0, (run.renderedAt || 0) + RENDER_EVERY_MS - performance.now());
+  run.timer = setTimeout(() => {
+    run.timer = 0;
+    run.frame = requestAnimationFrame(() => {
+      run.frame = 0;
+      renderStreaming(run);
+    });
+  }, wait);
+}
+
+function stopRendering(run) {
+  if (run.frame) cancelAnimationFrame(run.frame);
+  if (run.timer) clearTimeout(run.timer);
+  run.frame = 0;
+  run.timer = 0;
+  renderLive(run);
+  run.view.doneNode = null;  // the whole text is rendered again, once
+}
+
+function renderStreaming(run) {
+  run.renderedAt = performance.now();
+  const stick = nearBottom();
+  renderLive(run);
+  const view = run.view;
+  const text = run.content;
+  if (!view.doneNode) {
+    view.doneNode = el('div', 'md-done');
+    view.tailNode = el('div', 'md-tail');
+    view.content.replaceChildren(view.doneNode, view.tailNode);
+    run.doneLen = 0;
+    run.scanAt = 0;
+    run.fence = false;
+  }
+  let cut = run.doneLen;
+  let at = run.scanAt;
+  for (let nl = text.indexOf('\n', at); nl >= 0; nl = text.indexOf('\n', at)) {
+    const line = text.slice(at, nl);
+    if (/^\s*(```|~~~)/.test(line)) run.fence = !run.fence;
+    if (!run.fence && line.trim() === '') cut = nl + 1;
+    at = nl + 1;
+  }
+  run.scanAt = at;
+  if (cut > run.doneLen) {
+    view.doneNode.appendChild(renderMarkdown(text.slice(run.doneLen, cut)));
+    run.doneLen = cut;
+  }
+  view.tailNode.replaceChildren(renderMarkdown(text.slice(run.doneLen)));
+  if (stick) scrollToBottom();
 }
 
 function finishRun(run, ctx) {
   const view = run.view;
-  if (run.frame) cancelAnimationFrame(run.frame);
-  run.frame = 0;
+  stopRendering(run);
   state.answerId = null;
   settlePending(run);
   if (state.chat !== ctx.chat) {
