@@ -2,16 +2,19 @@
 model (none on the last step, which must answer), and what goes back to it as the tool's turn
 (its result, or that the user refused the call).
 
-The loop itself belongs to each front end (the terminal chat asks in a dialog, the web chat in
-the page), bounded by MAX_STEPS answers a message.
+`settle(...)` decides one call, asks the user through the front end's `ask` (the terminal
+chat's dialog, the web chat's page) and runs it; the loop around it belongs to each front end,
+bounded by MAX_STEPS answers a message.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import TYPE_CHECKING, Sequence
+import asyncio
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Awaitable, Callable, Sequence
 
-from pocketchat.engines.types import ChatOptions
+from pocketchat.engines.types import ChatOptions, ToolCall
+from pocketchat.tools.permissions import Permissions
 from pocketchat.tools.tool import Tool, ToolResult
 
 if TYPE_CHECKING:
@@ -49,3 +52,39 @@ def offered(options: ChatOptions, tools: Sequence[Tool], *, last: bool,
 def turn_text(result: ToolResult) -> str:
     """The tool's turn as the model reads it: the result, and its note (cut, failed) after."""
     return result.text if not result.note else f"{result.text}\n[{result.note}]"
+
+
+# The front end's question: told whether this call asks (so it can show the call either way),
+# it returns the user's choice ("once", "always", "never", "deny", or "stop": deny and end the
+# loop) when it asks, else None.
+Ask = Callable[[bool], Awaitable["str | None"]]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one call came to: the tool's turn for the model, and what the user chose."""
+
+    text: str
+    ok: bool
+    note: str = ""
+    choice: str | None = None  # the user's answer, when the call asked
+    ran: bool = False
+
+
+async def settle(call: ToolCall, tool: Tool | None, permissions: Permissions,
+                 servers: ToolServers | None, ask: Ask, *, stopped: bool = False) -> Outcome:
+    """One call: decided (`permissions`; refused once the loop was `stopped`), asked when it
+    must be, run in a thread, or refused with the model told."""
+    decision = "refuse" if tool is None or stopped else permissions.decide(tool)
+    choice = await ask(decision == "ask")
+    if tool is None:
+        return Outcome(UNKNOWN.format(name=call.name), False)
+    if decision == "ask":
+        choice = choice or "stop"
+        if choice != "stop":
+            permissions.answer(tool.name, choice)
+        decision = "run" if choice in ("once", "always") else "refuse"
+    if decision == "refuse" or servers is None:
+        return Outcome(DENIED.format(name=call.name), False, choice=choice)
+    result = await asyncio.to_thread(servers.call, call.name, call.arguments)
+    return Outcome(turn_text(result), result.ok, result.note, choice, ran=True)

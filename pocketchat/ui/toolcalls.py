@@ -23,7 +23,7 @@ from textual.widgets import Button, Collapsible, Label, Static
 from pocketchat.conversations import Conversation
 from pocketchat.engines.types import ToolCall
 from pocketchat.textsafe import one_line, visible
-from pocketchat.tools.loop import DENIED, UNKNOWN, turn_text
+from pocketchat.tools.loop import settle
 from pocketchat.tools.permissions import Permissions
 
 if TYPE_CHECKING:
@@ -176,38 +176,29 @@ class ToolRunner:
         `conversation`); False when the user stopped the loop (Esc in the dialog)."""
         by_name = {t.name: t for t in await self.tools()}
         permissions = Permissions.from_json(conversation.tool_answers)
-        go_on = True
+        stopped = False
         for call in calls:
             view = ToolCallView(call)
             await chat.chat_log.mount(view)
             chat.chat_log.scroll_end(animate=False)
             tool = by_name.get(call.name)
-            if tool is None:
-                text, ok, note = UNKNOWN.format(name=call.name), False, ""
-            else:
-                decision = permissions.decide(tool) if go_on else "refuse"
-                if decision == "ask":
-                    choice = await self._ask(chat, call, tool)
-                    view.decided(CHOICES[choice])
-                    if choice != "stop":
-                        permissions.answer(tool.name, choice)
-                        conversation.tool_answers = permissions.to_json()
-                    decision = "run" if choice in ("once", "always") else "refuse"
-                    go_on = choice != "stop"
-                elif decision == "run":
-                    view.decided("runs without asking (safe, or always in this chat)")
-                elif not go_on:
-                    view.decided("not run: the loop was stopped")
-                if decision == "run":
-                    assert self.servers is not None
-                    result = await asyncio.to_thread(self.servers.call, call.name, call.arguments)
-                    text, ok, note = turn_text(result), result.ok, result.note
-                else:
-                    text, ok, note = DENIED.format(name=call.name), False, ""
-            await view.show_result(text, ok, note)
-            conversation.add("tool", text, tool_call_id=call.id, name=call.name)
+
+            async def ask(asking: bool, call: ToolCall = call, tool: Tool | None = tool) -> str | None:
+                return await self._ask(chat, call, tool) if asking and tool else None
+
+            done = await settle(call, tool, permissions, self.servers, ask, stopped=stopped)
+            if done.choice is not None:
+                view.decided(CHOICES[done.choice])
+            elif done.ran:
+                view.decided("runs without asking (safe, or always in this chat)")
+            elif stopped:
+                view.decided("not run: the loop was stopped")
+            stopped = stopped or done.choice == "stop"
+            conversation.tool_answers = permissions.to_json()
+            await view.show_result(done.text, done.ok, done.note)
+            conversation.add("tool", done.text, tool_call_id=call.id, name=call.name)
         conversation.save()
-        return go_on
+        return not stopped
 
     @staticmethod
     async def _ask(chat: Any, call: ToolCall, tool: Tool) -> str:

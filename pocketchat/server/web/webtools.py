@@ -16,13 +16,14 @@ import json
 from typing import TYPE_CHECKING, Any, Sequence
 
 import anyio
+
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from pocketchat.conversations import Conversation
 from pocketchat.engines.types import ToolCall
-from pocketchat.tools.loop import DENIED, UNKNOWN, offered, turn_text
+from pocketchat.tools.loop import offered, settle
 from pocketchat.tools.permissions import Permissions
 
 if TYPE_CHECKING:
@@ -55,33 +56,16 @@ class WebTools:
         by_name = {t.name: t for t in tools}
         permissions = Permissions.from_json(chat.tool_answers)
         for call in calls:
-            tool = by_name.get(call.name)
-            if tool is None:
-                text = UNKNOWN.format(name=call.name)
+            async def ask(asking: bool, call: ToolCall = call) -> str | None:
                 await out.event({"event": "tool_call", "call_id": call.id, "name": call.name,
-                                 "arguments": call.arguments, "ask": False})
-                await out.event({"event": "tool_result", "call_id": call.id, "ok": False,
-                                 "text": text, "note": ""})
-                chat.add("tool", text, tool_call_id=call.id, name=call.name)
-                continue
-            decision = permissions.decide(tool)
-            await out.event({"event": "tool_call", "call_id": call.id, "name": call.name,
-                             "arguments": call.arguments, "ask": decision == "ask"})
-            if decision == "ask":
-                choice = await self._ask(call.id)
-                permissions.answer(tool.name, choice)
-                chat.tool_answers = permissions.to_json()
-                decision = "run" if choice in ("once", "always") else "refuse"
-            if decision == "refuse":
-                text, ok, note = DENIED.format(name=call.name), False, ""
-            else:
-                assert self.servers is not None
-                result = await anyio.to_thread.run_sync(self.servers.call, call.name,
-                                                        call.arguments)
-                text, ok, note = turn_text(result), result.ok, result.note
-            await out.event({"event": "tool_result", "call_id": call.id, "ok": ok,
-                             "text": text[:SHOWN_CHARS], "note": note})
-            chat.add("tool", text, tool_call_id=call.id, name=call.name)
+                                 "arguments": call.arguments, "ask": asking})
+                return await self._ask(call.id) if asking else None
+
+            done = await settle(call, by_name.get(call.name), permissions, self.servers, ask)
+            chat.tool_answers = permissions.to_json()
+            await out.event({"event": "tool_result", "call_id": call.id, "ok": done.ok,
+                             "text": done.text[:SHOWN_CHARS], "note": done.note})
+            chat.add("tool", done.text, tool_call_id=call.id, name=call.name)
 
     async def _ask(self, call_id: str) -> str:
         waiting: asyncio.Future[str] = asyncio.get_running_loop().create_future()
