@@ -25,6 +25,7 @@ from pocketchat.engines.types import ToolCall
 from pocketchat.textsafe import one_line, visible
 from pocketchat.tools.loop import settle
 from pocketchat.tools.permissions import Permissions
+from pocketchat.ui.widgets import PromptInput
 
 if TYPE_CHECKING:
     from pocketchat.tools.servers import ToolServers
@@ -198,6 +199,7 @@ class ToolRunner:
             await view.show_result(done.text, done.ok, done.note)
             conversation.add("tool", done.text, tool_call_id=call.id, name=call.name)
         conversation.save()
+        chat.query_one(PromptInput).focus()
         return not stopped
 
     @staticmethod
@@ -205,4 +207,6 @@ class ToolRunner:
         answered: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         chat.app.push_screen(ConfirmToolScreen(call, tool),
                              lambda choice: answered.done() or answered.set_result(choice or "stop"))
-        return await answered
+        choice = await answered
+        chat.query_one(PromptInput).focus()  # typing goes to the message again, not the log
+        return choice
