@@ -160,17 +160,35 @@ TINY = Qwen35Shape(
 )
 
 
+RESIDUAL_WRITERS = ("attn_output.weight", "ssm_out.weight", "ffn_down_exps.weight",
+                    "ffn_down_shexp.weight")
+
+
+def _never_write(name: str, data: np.ndarray, never: list[int]) -> None:
+    """`write_tiny_qwen35moe(never=)`'s weights, in place: the constant dimension 0 and the
+    rows that make `never` lose every time."""
+    if name == "token_embd.weight":
+        data[:, 0] = 1.0
+    elif name == "output.weight":
+        data[never, 0] = -1e5
+    elif name.endswith(RESIDUAL_WRITERS):  # numpy's order: the output (residual) axis is -2
+        data[..., 0, :] = 0.0
+
+
 ASCII_TEXT = [0x0A, *range(0x20, 0x7F)]  # newline and the printable ASCII bytes
 
 
 def write_tiny_qwen35moe(path: Path, *, seed: int = 0, n_layer: int = N_LAYER,
                          chat_template: str = CHAT_TEMPLATE, ascii_only: bool = False,
-                         mtp: int = 0) -> Path:
+                         mtp: int = 0, never: tuple[str, ...] = ()) -> Path:
     """The tiny random-weight qwen35moe. `ascii_only`: its vocabulary is newline, the printable
     ASCII bytes (no merges), `<|im_start|>` (user-defined: written as text) and `<|im_end|>`
     (its only control token, end of text), so whatever it writes encodes back to the same
     tokens: a history rendered from its answers extends its state exactly. `<think>` and
-    `</think>` are plain text there. `mtp`: MTP blocks after the trunk (Qwen3.5's draft head)."""
+    `</think>` are plain text there. `mtp`: MTP blocks after the trunk (Qwen3.5's draft head).
+    `never`: tokens the model never writes (a thought it cannot end itself): the residual
+    stream's first dimension is a constant 1 that no layer writes to, so after the final norm it
+    is always positive, and these tokens' output rows weigh it by -1e5."""
     import gguf
 
     shape = replace(TINY, n_layer=n_layer, mtp=mtp)
@@ -197,6 +215,7 @@ def write_tiny_qwen35moe(path: Path, *, seed: int = 0, n_layer: int = N_LAYER,
             data = (rng.standard_normal(dims) * 0.2).astype(np.float32)
         else:
             data = np.full(dims, 1.0 if spec.init == "ones" else -1.0, dtype=np.float32)
+        _never_write(spec.name, data, [tokens.index(t) for t in never]) if never else None
         w.add_tensor(spec.name, data)
 
     w.write_header_to_file()
