@@ -102,6 +102,7 @@ def _between_machine():
     from pocketchat.select.profile import profile_from_json
 
     data = json.loads((PROFILES / "linux-2core-compute-bound.json").read_text())
+    data["memory_bandwidth_gbps"] = 14.0
     for entry in data["kernels"]["threads"].values():
         entry["rates"] = {t: {r: v * 2 for r, v in roles.items()} for t, roles in entry["rates"].items()}
     return profile_from_json(data)
