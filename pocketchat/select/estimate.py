@@ -64,12 +64,11 @@ POCKET_LAYERS = POCKET.n_layer
 # read 15 GB/s (benchmarks/pocket_scale.py); 8 GB/s a core is still a cautious figure (at 6 the
 # estimate for two threads was 0.79 of the quiet measurement).
 CPU_EFFICIENCY = 0.5
-# With this machine's kernels measured (the probe streams its weights from memory, so its rates
-# already hold what reading them costs), the bandwidth is only a ceiling: a token cannot read
-# its weights faster than the cores copy. Half of it was the bound that made the estimates
+# With this machine's kernels measured, `cpu_speed` takes the whole bandwidth, a ceiling (the
+# probe streams its weights from memory, so its rates already hold what reading them costs):
+# a token cannot read its weights faster than the cores copy. Half of it was the bound that made the estimates
 # 0.71 of `bench` on a 2-core AMD EPYC, whose kernels read Q2_K at 19 GB/s of its 31
 # (benchmarks/RESULTS.md, "`--recommend`: speed estimates against `bench`").
-KERNEL_CEILING = 1.0
 CPU_GBPS_PER_CORE = 4.0
 CPU_GBPS_PER_CORE_X86 = 8.0
 DEFAULT_CPU_GBPS = 20.0
@@ -355,12 +354,12 @@ def cpu_speed(build: Build, *, cpu_bandwidth_gbps: float | None, threads: int, a
     a ceiling, when the kernels were measured) and the bytes at this machine's kernel rates
     (`kernels`, the probe's), plus what a token does outside its products. Without kernel rates
     for this build's types, the bandwidth alone, at the share of it decoding reaches."""
-    memory = read_per_token(build) / (cpu_gbps(cpu_bandwidth_gbps, threads, arch) * 1e9)
     rates = kern.rates_at(kernels, threads)
     compute = kern.compute_seconds(build, rates)
     if compute is None:
+        memory = read_per_token(build) / (cpu_gbps(cpu_bandwidth_gbps, threads, arch) * 1e9)
         return SpeedEstimate(1.0 / memory, memory, 0.0, 0.0, threads)
-    memory = read_per_token(build) / ((cpu_bandwidth_gbps or DEFAULT_CPU_GBPS) * KERNEL_CEILING * 1e9)
+    memory = read_per_token(build) / ((cpu_bandwidth_gbps or DEFAULT_CPU_GBPS) * 1e9)
     overhead = kern.overhead_seconds(build, rates)
     return SpeedEstimate(1.0 / (max(memory, compute) + overhead), memory, compute, overhead, threads)
 

@@ -209,13 +209,15 @@ def write_tiny_qwen35moe(path: Path, *, seed: int = 0, n_layer: int = N_LAYER,
     add_hparams(w, shape)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
     add_tokenizer(w, tokens, token_types, merges, bos=bos, chat_template=chat_template)
+    never_ids = [tokens.index(t) for t in never]
     for spec in tensor_table(shape, n_vocab):
         dims = tuple(reversed(spec.ne))  # numpy's order
         if spec.init == "normal":
             data = (rng.standard_normal(dims) * 0.2).astype(np.float32)
         else:
             data = np.full(dims, 1.0 if spec.init == "ones" else -1.0, dtype=np.float32)
-        _never_write(spec.name, data, [tokens.index(t) for t in never]) if never else None
+        if never_ids:
+            _never_write(spec.name, data, never_ids)
         w.add_tensor(spec.name, data)
 
     w.write_header_to_file()
