@@ -147,7 +147,7 @@ class Bare:
 
         from pocketchat.engines.llamacpp.engine import PENALTY_LAST_N, llama_template
         from pocketchat.modelfile.gguf import check_gguf
-        from pocketchat.engines.llamacpp.load import KV_TYPES, flash_attention, new_llama
+        from pocketchat.engines.llamacpp.load import KV_TYPES, new_llama
 
         self.lib = lib = llama_cpp
         n_batch = max(1, min(plan.n_batch, plan.n_ctx))
@@ -155,7 +155,7 @@ class Bare:
         self.llm = new_llama(path, n_ctx=plan.n_ctx, n_batch=n_batch, n_ubatch=n_batch,
                              n_threads=plan.n_threads, n_threads_batch=plan.n_threads_batch,
                              n_gpu_layers=plan.n_gpu_layers, use_mmap=plan.use_mmap,
-                             flash_attn=flash_attention(plan), type_k=kv, type_v=kv)
+                             flash_attn=plan.flash_attn, type_k=kv, type_v=kv)
         self.ctx = self.llm.ctx
         self.vocab = lib.llama_model_get_vocab(self.llm.model)
         self.n_vocab = int(lib.llama_vocab_n_tokens(self.vocab))

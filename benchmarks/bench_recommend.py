@@ -9,10 +9,10 @@ Run: python benchmarks/bench_recommend.py [--runs 5] [--full-size DIR [--quants 
 2. `--full-size DIR`: for each quant whose full-size synthetic POCKET is in DIR
    (`DIR/POCKET-35B-<QUANT>-synthetic.gguf`, written by `benchmarks/pocket_scale.py
    --write-only`), with one fresh cache directory (no measured runs, so no calibration):
-   `--recommend`'s estimate for the catalog build of that quant, the bound it names, its
-   threads, against `pocketchat bench --model FILE -p 16 -n 64 -r 2` (decode tok/s); then the
-   ratio and whether the estimated order of the builds is the measured order (goal: each within
-   20%, same order). One full-size model is loaded at a time; run it alone on the machine:
+   `--recommend`'s decode and prompt estimates for the catalog build of that quant, the bound it
+   names, its threads, against `pocketchat bench --model FILE -p 512 -n 64 -r 2` (tg and pp
+   tok/s); then the ratios and whether the estimated order of the builds is the measured order
+   (goal: each within 20%, same order). One full-size model is loaded at a time; run it alone on the machine:
    `python benchmarks/bench_recommend.py --full-size PATH/TO/FOLDER`.
 """
 
@@ -94,7 +94,7 @@ def full_size(folder: Path, quants: list[str]) -> None:
                     src = Path(tmp) / "cache" / name
                     if src.is_file():
                         (cache / name).write_bytes(src.read_bytes())
-                cmd = ["bench", "--model", str(path), "-p", "16", "-n", "64", "-r", "2", "--json"]
+                cmd = ["bench", "--model", str(path), "-p", "512", "-n", "64", "-r", "2", "--json"]
                 print(f"$ pocketchat {' '.join(cmd)}")
                 _, b = pocketchat(cmd, benv)
             if b.returncode != 0:
@@ -102,17 +102,23 @@ def full_size(folder: Path, quants: list[str]) -> None:
                 continue
             res = json.loads(b.stdout)
             tg = next(r for r in res["results"] if r["test"].startswith("tg"))
+            pp = next(r for r in res["results"] if r["test"].startswith("pp"))
             bound = next((p for p in cand["reason"].split("; ") if "-bound here" in p), "-")
             rows.append((quant, cand["estimated_decode_tok_s"], cand["n_threads"], bound, tg["tok_s"],
-                         res["n_threads"]))
+                         res["n_threads"], cand.get("estimated_prompt_tok_s") or 0.0, pp["tok_s"]))
     print()
-    print(f"{'build':10} {'estimate':>9} {'threads':>7}  {'bound':34} {'bench':>7} {'threads':>7} {'est/bench':>9}")
-    for q, e, t, bound, m, mt in rows:
-        print(f"{q:10} {e:9.2f} {t:7d}  {bound:34} {m:7.2f} {mt:7d} {e / m:9.2f}")
-    if rows:
-        worst = max(abs(e / m - 1) for _, e, _, _, m, _ in rows)
-        same = [r[0] for r in sorted(rows, key=lambda r: -r[1])] == [r[0] for r in sorted(rows, key=lambda r: -r[4])]
-        print(f"largest error {worst * 100:.0f}% (goal <= 20%): {'met' if worst <= 0.2 else 'NOT met'}; "
+    print(f"{'build':10} {'decode est':>10} {'threads':>7}  {'bound':34} {'bench':>7} {'threads':>7} "
+          f"{'est/bench':>9} | {'prompt est':>10} {'bench pp':>8} {'est/bench':>9}")
+    for q, e, t, bound, m, mt, pe, pm in rows:
+        print(f"{q:10} {e:10.2f} {t:7d}  {bound:34} {m:7.2f} {mt:7d} {e / m:9.2f} | {pe:10.1f} {pm:8.1f} "
+              f"{pe / pm:9.2f}")
+    for what, est_i, bench_i in (("decode", 1, 4), ("prompt", 6, 7)):
+        if not rows:
+            break
+        worst = max(abs(r[est_i] / r[bench_i] - 1) for r in rows)
+        same = ([r[0] for r in sorted(rows, key=lambda r: -r[est_i])]
+                == [r[0] for r in sorted(rows, key=lambda r: -r[bench_i])])
+        print(f"{what}: largest error {worst * 100:.0f}% (goal <= 20%): {'met' if worst <= 0.2 else 'NOT met'}; "
               f"estimated order {'matches' if same else 'does NOT match'} the measured order")
 
 

@@ -35,12 +35,18 @@ class KernelRates:
     """What the kernel probe measured at one thread count: this machine's decode rate, in GB/s
     of weights, per ggml type name ("Q2_K", "IQ1_M" ...) and role ("expert", "dense"); the
     seconds a layer of each kind ("recurrent", "attention") spends outside its matrix
-    products; and the rest of a decode step."""
+    products; and the rest of a decode step. The prompt's (`KernelProfile.prompt`): the same
+    figures per token of a prompt's batch."""
 
     threads: int
     rates: tuple[tuple[str, str, float], ...] = ()
     layer_seconds: tuple[tuple[str, float], ...] = ()
     step_seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        names = dict.fromkeys(t for t, _, _ in self.rates)
+        return {"rates": {t: {ro: r for tt, ro, r in self.rates if tt == t} for t in names},
+                "layer_s": dict(self.layer_seconds), "step_s": self.step_seconds}
 
     def rate(self, type_name: str, role: str) -> float | None:
         """GB/s of that type in that role; the other role's when only it was measured."""
@@ -52,23 +58,24 @@ class KernelRates:
 @dataclass(frozen=True)
 class KernelProfile:
     """The kernel probe's measurements (`select.kernels`), per thread count, and what they were
-    measured with: the llama.cpp build (measured again when it changes)."""
+    measured with: the llama.cpp build (measured again when it changes). `prompt`: a prompt's
+    batch at the most threads, per token of it (None: not measured)."""
 
     at: tuple[KernelRates, ...]
     build: str = ""
     seconds: float = 0.0  # how long the probe took
     measured_at: float = 0.0
+    prompt: KernelRates | None = None
 
     def threads(self) -> tuple[int, ...]:
         return tuple(sorted(k.threads for k in self.at))
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "build": self.build, "seconds": self.seconds, "measured_at": self.measured_at,
-            "threads": {str(k.threads): {
-                "rates": {t: {ro: r for tt, ro, r in k.rates if tt == t} for t in dict.fromkeys(t for t, _, _ in k.rates)},
-                "layer_s": dict(k.layer_seconds), "step_s": k.step_seconds} for k in self.at},
-        }
+        data: dict[str, Any] = {"build": self.build, "seconds": self.seconds, "measured_at": self.measured_at,
+                                "threads": {str(k.threads): k.to_json() for k in self.at}}
+        if self.prompt is not None:
+            data["prompt"] = {"threads": self.prompt.threads, **self.prompt.to_json()}
+        return data
 
 
 @dataclass(frozen=True)
@@ -299,6 +306,10 @@ class Candidate:
     eligible: bool = True
     downloaded: bool = False
     speed_source: str = "estimate"  # or "measured", or a calibrated estimate
+    # Prompt tokens read per second at the start of a prompt (None: not estimated: off the CPU,
+    # or without the kernel probe's prompt figures), and where the figure came from
+    estimated_prompt_tok_s: float | None = None
+    prompt_source: str = "estimate"
     why_not: str = ""  # why the build is not offered here (backend, language), when it is not
     # What the plan gave up to fit (a smaller context, fewer checkpoints, smaller batches), for
     # the user; `traded`: it fits only by giving up optional memory, so it ranks after any
@@ -340,6 +351,9 @@ class Candidate:
                 else None
             ),
             "speed_source": self.speed_source,
+            "estimated_prompt_tok_s": (round(self.estimated_prompt_tok_s, 1)
+                                       if self.estimated_prompt_tok_s is not None else None),
+            "prompt_source": self.prompt_source,
             "fits": self.fits,
             "eligible": self.eligible,
             "downloaded": self.downloaded,

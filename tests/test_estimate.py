@@ -87,7 +87,7 @@ def test_token_bytes_per_type_are_llama_quants_rules_on_pockets_tensor_table(qua
             continue
         block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(p.ggml_type)]
         nbytes = p.n_elements // block * size
-        role = "expert" if "_exps" in name else "dense"
+        role = "expert" if "_exps" in name else "output" if name == "output.weight" else "dense"
         if role == "expert":
             nbytes = nbytes * pg.POCKET.n_expert_used // pg.POCKET.n_expert
         key = (kern.type_name(p.ggml_type), role)

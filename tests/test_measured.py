@@ -157,3 +157,29 @@ def test_a_record_without_the_estimates_parts_scales_by_one_factor():
     iq1 = fit.estimate_speed(_pocket("POCKET-35B-IQ1_M"), profile, "cpu", 2)
     speed, _ = Calibration.of([old], key).speed(_pocket("POCKET-35B-IQ1_M"), "cpu", iq1)
     assert speed == pytest.approx(iq1.tok_s * 0.8)
+
+
+def test_prompt_speeds_are_measured_for_the_build_and_calibrate_like_ones():
+    """A bench's prompt speed is the build's own figure, and scales like builds' estimates by
+    measured/estimated; a run that kept no prompt speed (a short prompt) calibrates nothing."""
+    profile = load_profile(PROFILES / "linux-2core-amd-epyc.json")
+    q2, iq1 = _pocket("POCKET-35B-Q2_K"), _pocket("POCKET-35B-IQ1_M")
+    e_q2 = fit.estimate_prompt_speed(q2, profile, "cpu", 2)
+    e_iq1 = fit.estimate_prompt_speed(iq1, profile, "cpu", 2)
+    assert e_q2 and e_iq1 and fit.estimate_prompt_speed(q2, profile, "gpu", 2) is None
+    key = measured.machine_key(profile)
+    arch, read = measured.kind_of(q2)
+    run = SpeedRecord(q2.id, "cpu", 10.0, 10.0, key, arch=arch, read_bytes=read,
+                      measured_pp_tok_s=e_q2 * 0.8, estimated_pp_tok_s=e_q2)
+    speeds = Calibration.of([run], key)
+    assert speeds.prompt_speed(q2, "cpu", e_q2) == (pytest.approx(e_q2 * 0.8), "measured")
+    figure, label = speeds.prompt_speed(iq1, "cpu", e_iq1)
+    assert figure == pytest.approx(e_iq1 * 0.8) and label == f"estimate, calibrated by 1 run of {q2.id}"
+    short = SpeedRecord(q2.id, "cpu", 10.0, 10.0, key, arch=arch, read_bytes=read)
+    assert Calibration.of([short], key).prompt_speed(iq1, "cpu", e_iq1) == (e_iq1, "estimate")
+    assert Calibration.of([short], key).prompt_speed(q2, "cpu", None) == (None, "estimate")
+    rec = fit.plan(profile, catalog.builds(), speeds=speeds)
+    shown = next(c for c in rec.candidates if c.build.id == iq1.id)
+    assert shown.estimated_prompt_tok_s == pytest.approx(e_iq1 * 0.8)
+    assert shown.to_json()["prompt_source"].startswith("estimate, calibrated")
+

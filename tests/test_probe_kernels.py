@@ -137,6 +137,13 @@ def test_the_real_probe_measures_every_type_the_catalog_uses():
         for role in ("expert", "dense"):
             assert any(tt == t and ro == role and r > 0 for tt, ro, r in one.rates), (t, role)
     assert dict(one.layer_seconds)["recurrent"] > 0 and dict(one.layer_seconds)["attention"] > 0
+    # a prompt's batch at the most threads: every type again, each faster per token than one
+    # token decoded alone (a batch reads each expert once for all its tokens)
+    prompt = got.prompt
+    assert prompt is not None and prompt.threads == 1
+    for t in ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ1_M", "IQ2_XXS"):
+        assert prompt.rate(t, "expert") > one.rate(t, "expert"), t
+    assert kern.kernels_from_json(got.to_json()) == got
     run = lambda: subprocess.run([sys.executable, "-m", "pocketchat", "--probe"],  # noqa: E731
                                  capture_output=True, text=True, timeout=300)
     first = run()
@@ -178,3 +185,8 @@ def test_the_probe_turns_timed_operations_into_rates_layers_and_a_step():
     assert got["layer_s"]["recurrent"] == pytest.approx(0.0005 / 3, rel=1e-3)
     assert got["layer_s"]["attention"] == pytest.approx(0.0002, rel=1e-3)
     assert got["step_s"] == pytest.approx(0.005 - 0.004 - 0.0007, abs=1e-6)
+    # the same operations as a batch of 4 tokens: each figure per token of the batch
+    batch = summarize([token(slow=0.5), token()], plain=[0.01, 0.005], shape=shape, tokens=4)
+    assert batch["rates"]["Q2_K"]["expert"] == pytest.approx(40.0)
+    assert batch["layer_s"]["attention"] == pytest.approx(0.0002 / 4, rel=1e-3)
+    assert batch["step_s"] == pytest.approx((0.005 - 0.004 - 0.0007) / 4, abs=1e-6)

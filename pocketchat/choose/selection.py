@@ -152,8 +152,9 @@ def add_selection_args(p: argparse.ArgumentParser, *, model: bool = True) -> Non
                    help="drafted tokens verified in one step (llama.cpp): auto drafts while "
                         "it measures faster here (with the model's MTP head where the GGUF "
                         "carries one, else from the conversation), ngram and mtp always, off "
-                        "never (default auto); drafting turns flash attention on, so greedy "
-                        "answers are token for token those without drafts; on a hybrid model "
+                        "never (default auto); a verified batch sums in another order than one "
+                        "token, so a greedy answer may take the other of two near-tied tokens; "
+                        "on a hybrid model "
                         "such as POCKET it keeps 4 copies of the recurrent state (~250 MB), the "
                         "first memory given up when short")
     if model:

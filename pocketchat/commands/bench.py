@@ -217,7 +217,9 @@ def run(args: argparse.Namespace) -> int:
                       file=sys.stderr)
     if not plan.rpc_servers:  # the estimate models this machine alone
         try:
-            record_speed(choice, sel, runs[0][2][-1].mean)
+            pp = runs[0][2][0]
+            record_speed(choice, sel, runs[0][2][-1].mean,
+                         pp.mean if pp.tokens >= MIN_PROMPT_RECORDED else 0.0)
         except OSError as exc:
             print(visible(not_saved(exc)), file=sys.stderr)
     return 0
@@ -300,8 +302,14 @@ def _drafts(plan, result: Result) -> bool:
     return plan.draft != "off" and result.test.startswith("tg")
 
 
-def record_speed(choice, sel, tok_s: float) -> None:
-    """Keep the measured generation speed next to the estimate, for --recommend's ranking."""
+# A prompt shorter than this says little of how fast a document is read (it fills no batch's
+# experts): its speed is shown, not kept.
+MIN_PROMPT_RECORDED = 256
+
+
+def record_speed(choice, sel, tok_s: float, pp_tok_s: float = 0.0) -> None:
+    """Keep the measured generation and prompt speeds next to the estimates, for --recommend's
+    ranking and the prompt speed it tells."""
     from pocketchat.choose.model import gguf_facts
     from pocketchat.paths import settings
     from pocketchat.select import estimate as est
@@ -319,11 +327,14 @@ def record_speed(choice, sel, tok_s: float) -> None:
     profile = sel.profile()
     estimate = fit.estimate_speed(build, profile, plan.placement, plan.n_threads, plan.n_cpu_moe)
     arch, read_bytes = measured.kind_of(build)
+    pp_estimate = fit.estimate_prompt_speed(build, profile, plan.placement, plan.n_threads_batch, plan.n_batch)
     measured.save(settings().cache_dir, measured.SpeedRecord(
         model=build.id, placement=plan.placement, measured_tok_s=round(tok_s, 2),
         estimated_tok_s=round(estimate.tok_s, 2), machine=measured.machine_key(profile),
         n_threads=plan.n_threads, arch=arch, read_bytes=read_bytes, memory_s=estimate.memory_s,
-        compute_s=estimate.compute_s, overhead_s=estimate.overhead_s))
+        compute_s=estimate.compute_s, overhead_s=estimate.overhead_s,
+        measured_pp_tok_s=round(pp_tok_s, 2),
+        estimated_pp_tok_s=round(pp_estimate, 2) if pp_estimate and pp_tok_s > 0 else 0.0))
 
 
 def _table(name: str, size: int | None, runs) -> str:

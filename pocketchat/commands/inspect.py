@@ -63,15 +63,27 @@ def report(name: str, facts, where: str, sel: Selection) -> dict:
     from pocketchat.select.estimate import build_from_facts
     from pocketchat.select.header import check_fits, memory_table
 
-    profile = sel.profile()
+    profile = sel.profile(kernels=True)  # the speeds below are this machine's kernels'
     rows = memory_table(facts, profile, name)
+    speeds = None
+    if sel.hardware is None:  # what `pocketchat bench` measured here calibrates them
+        from pocketchat.paths import settings
+        from pocketchat.select import measured
+
+        speeds = measured.Calibration.of(measured.load(settings().cache_dir), measured.machine_key(profile))
     plan, gave_up = None, ()
     thinking = None
+    speed = None
     try:
         check_fits(facts, profile, name)
         cand = fit.judge(build_from_facts(facts, name), profile, n_ctx=sel.ctx, backend=sel.backend,
-                         threads=sel.threads, downloaded=True, forced=True, draft=sel.drafts)
+                         threads=sel.threads, downloaded=True, forced=True, draft=sel.drafts, speeds=speeds)
         plan, gave_up = cand.plan, cand.gave_up
+        if plan is not None and cand.estimated_decode_tok_s:
+            speed = {"decode_tok_s": round(cand.estimated_decode_tok_s, 1), "source": cand.speed_source,
+                     "prompt_tok_s": (round(cand.estimated_prompt_tok_s, 1)
+                                      if cand.estimated_prompt_tok_s else None),
+                     "prompt_source": cand.prompt_source}
         if plan is not None:
             from pocketchat.commands.think import candidate_budget
 
@@ -92,7 +104,7 @@ def report(name: str, facts, where: str, sel: Selection) -> dict:
                     "placement": r.placement.placement if r.placement else None,
                     "n_cpu_moe": r.placement.n_cpu_moe if r.placement else None} for r in rows],
         "plan": asdict(plan) if plan else None, "verdict": verdict, "gave_up": list(gave_up),
-        "thinking_budget": thinking,
+        "thinking_budget": thinking, "speed": speed,
     }
 
 
@@ -139,6 +151,12 @@ def format_report(d: dict) -> str:
     lines += ["", f"  on this machine: {d['verdict']}"]
     if d["gave_up"]:
         lines.append(f"  gave up to fit: {', '.join(d['gave_up'])}")
+    if sp := d.get("speed"):
+        from pocketchat.select.report import prompt_line
+
+        reads = prompt_line(sp["prompt_tok_s"], sp["prompt_source"])
+        lines.append(f"  speed here: ~{sp['decode_tok_s']:.0f} tok/s generating ({sp['source']})"
+                     + (f"; {reads}" if reads else ""))
     if d.get("thinking_budget"):
         from pocketchat.select.thinking import DefaultBudget
 

@@ -59,8 +59,9 @@ class ModelFacts:
     weight_type_bytes: tuple[tuple[int, int], ...] = ()
     embedding_bytes: int = 0  # token embeddings beside an output matrix: one row read per token
     # (ggml type, role, bytes) of the weights one generated token reads: "expert" for the
-    # routed experts (the used share of them), "dense" for the other matrices (select/kernels.py
-    # prices each at this machine's measured rate)
+    # routed experts (the used share of them), "output" for the output matrix (a prompt's tokens
+    # but its last skip it), "dense" for the other matrices (select/kernels.py prices each at
+    # this machine's measured rate)
     active_type_bytes: tuple[tuple[int, str, int], ...] = ()
     # a multi-token-prediction block after the trunk (Qwen3.5's draft head): its blocks, the
     # bytes of its tensors (read only when drafts load it), its KV per token
@@ -272,6 +273,8 @@ def _active_types(info: GGUFInfo, n_layer: int) -> tuple[tuple[int, str, int], .
             continue
         if EXPERT_TENSOR.search(t.name) and count > 0:
             key, nbytes = (t.type, "expert"), t.nbytes * min(max(used, 1), count) // count
+        elif t.name == "output.weight" or t.name == "token_embd.weight":  # (the latter: tied)
+            key, nbytes = (t.type, "output"), t.nbytes
         else:
             key, nbytes = (t.type, "dense"), t.nbytes
         out[key] = out.get(key, 0) + nbytes

@@ -364,6 +364,22 @@ def cpu_speed(build: Build, *, cpu_bandwidth_gbps: float | None, threads: int, a
     return SpeedEstimate(1.0 / (max(memory, compute) + overhead), memory, compute, overhead, threads)
 
 
+def prompt_speed(build: Build, *, cpu_bandwidth_gbps: float | None, threads: int,
+                 kernels: KernelProfile | None, n_ubatch: int = N_BATCH) -> float | None:
+    """Prompt tokens read per second on the CPU, at the start of a prompt: a token of a batch
+    multiplies its weights at the probe's prompt rates (`kernels.prompt`) plus its layers' other
+    operations, and each batch of `n_ubatch` tokens reads all the weights once. None without the
+    prompt's rates for this build's types."""
+    rates = kern.prompt_rates_at(kernels, threads)
+    compute = kern.compute_seconds(build, rates, prompt=True)
+    if compute is None:
+        return None
+    weights = build.facts.weight_bytes if build.facts is not None else build.size_bytes
+    memory = weights / ((cpu_bandwidth_gbps or DEFAULT_CPU_GBPS) * 1e9) / max(n_ubatch, 1)
+    seconds = compute + memory + kern.overhead_seconds(build, rates)
+    return 1.0 / seconds
+
+
 def decode_speed(
     build: Build,
     placement: str,

@@ -22,7 +22,7 @@ from pocketchat.select.ladder import (CTX_STEPS, DEFAULT_CTX, MIN_CTX, SMALLEST_
 from pocketchat.select.measured import Calibration
 from pocketchat.select.place import Fit, placements, sequences_that_fit
 from pocketchat.types import (DRAFT_DEPTH, MAX_PROMPT_CACHE_BYTES, MAX_PROMPT_CACHE_DISK_BYTES,
-                              MIN_FREE_DISK_BYTES, PROMPT_CACHE_DISK_SHARE, PROMPT_CACHE_SHARE,
+                              MIN_FREE_DISK_BYTES, N_BATCH, PROMPT_CACHE_DISK_SHARE, PROMPT_CACHE_SHARE,
                               Build, Candidate, HardwareProfile, LoadPlan, Recommendation,
                               Sampling, runs_head)
 
@@ -221,6 +221,16 @@ def estimate_speed(build: Build, profile: HardwareProfile, placement: str, threa
                             arch=profile.arch, kernels=profile.kernels)
 
 
+def estimate_prompt_speed(build: Build, profile: HardwareProfile, placement: str, threads: int,
+                          n_ubatch: int = N_BATCH) -> float | None:
+    """The uncalibrated prompt speed (tok/s) of a build on this CPU; None off the CPU or without
+    the probe's prompt figures."""
+    if placement != "cpu":
+        return None
+    return est.prompt_speed(build, cpu_bandwidth_gbps=profile.memory_bandwidth_gbps, threads=threads,
+                            kernels=profile.kernels, n_ubatch=n_ubatch)
+
+
 def plan_threads(build: Build, fit: Fit, budget: Budget | HardwareProfile, requested: int | None = None) -> int:
     """The threads a plan uses: --threads; else, on the CPU with the kernels measured, the
     count up to the free cores (`defaults.threads`) this build is estimated fastest at
@@ -281,6 +291,11 @@ def judge(build: Build, budget: Budget | HardwareProfile, *, lang: str = "en", n
                          draft=draft)
     n_threads = plan.n_threads if plan is not None else defaults.threads(profile, threads)
     speed, label, bound = _speed(build, budget, fit, n_threads, speeds) if fit else (None, "estimate", "")
+    prompt, prompt_label = None, "estimate"
+    if fit is not None and fit.split is None and plan is not None:
+        prompt = estimate_prompt_speed(build, profile, fit.placement, plan.n_threads_batch, plan.n_batch)
+        if speeds is not None:
+            prompt, prompt_label = speeds.prompt_speed(build, fit.placement, prompt)
     fits = fit is not None and not disk_short
     if fit is None:
         best = c.tried[-1] if c.tried else None
@@ -309,7 +324,7 @@ def judge(build: Build, budget: Budget | HardwareProfile, *, lang: str = "en", n
     return Candidate(build=build, fits=fits, plan=plan, estimated_memory_bytes=memory,
                      estimated_decode_tok_s=speed, reason=reason, score=score,
                      eligible=why_not is None, why_not=why_not or "", downloaded=downloaded,
-                     speed_source=label,
+                     speed_source=label, estimated_prompt_tok_s=prompt, prompt_source=prompt_label,
                      gave_up=lost, traded=fit is not None and c.step.traded,
                      split=fit.split if fit else (c.tried[-1].split if c.tried else None),
                      estimated_anonymous_bytes=fit.anonymous if fit else None,

@@ -39,21 +39,22 @@ MAX_UNMEASURED_SHARE = 0.1
 # Bytes of weights one token of a full-size POCKET build reads, per (type, role), for a build
 # whose header is not known: llama.cpp's quantizer rules applied to POCKET's tensor table
 # (benchmarks/pocket_gguf.py `tensor_types`; tests/test_estimate.py checks these against it).
-# Routed experts: 8 of 256 per layer; the token embeddings (one row) left out.
+# Routed experts: 8 of 256 per layer ("expert"); the output matrix ("output": a prompt's tokens
+# but the last skip it); the token embeddings (one row) left out.
 POCKET_TOKEN_BYTES: dict[str, dict[tuple[str, str], int]] = {
     "Q2_K": {("F32", "dense"): 87_818_240, ("Q2_K", "dense"): 252_456_960,
         ("Q2_K", "expert"): 220_200_960, ("Q3_K", "dense"): 54_067_200,
         ("Q3_K", "expert"): 144_179_200, ("Q4_K", "dense"): 289_013_760,
-        ("Q6_K", "dense"): 417_177_600},
+        ("Q6_K", "output"): 417_177_600},
     "IQ1_M": {("F32", "dense"): 87_818_240, ("IQ1_M", "dense"): 177_020_928,
         ("IQ1_M", "expert"): 214_695_936, ("IQ2_XXS", "dense"): 21_626_880, ("Q2_K", "dense"): 688_128,
-        ("Q2_K", "expert"): 8_257_536, ("Q4_K", "dense"): 289_013_760, ("Q5_K", "dense"): 349_634_560},
+        ("Q2_K", "expert"): 8_257_536, ("Q4_K", "dense"): 289_013_760, ("Q5_K", "output"): 349_634_560},
     "Q3_K_M": {("F32", "dense"): 87_818_240, ("Q3_K", "dense"): 330_598_400,
         ("Q3_K", "expert"): 288_358_400, ("Q4_K", "dense"): 339_738_624,
         ("Q4_K", "expert"): 179_306_496, ("Q5_K", "dense"): 24_510_464, ("Q5_K", "expert"): 11_534_336,
-        ("Q6_K", "dense"): 417_177_600},
+        ("Q6_K", "output"): 417_177_600},
     "Q4_K_M": {("F32", "dense"): 87_818_240, ("Q4_K", "dense"): 645_120_000,
-        ("Q4_K", "expert"): 471_859_200, ("Q6_K", "dense"): 632_217_600,
+        ("Q4_K", "expert"): 471_859_200, ("Q6_K", "dense"): 215_040_000, ("Q6_K", "output"): 417_177_600,
         ("Q6_K", "expert"): 137_625_600},
 }  # fmt: skip
 POCKET_LAYER_KINDS = {"recurrent": 30, "attention": 10}
@@ -108,9 +109,17 @@ def rates_at(kernels: KernelProfile | None, threads: int) -> KernelRates | None:
                        step_seconds=near.step_seconds)
 
 
-def compute_seconds(build: Build, rates: KernelRates | None) -> float | None:
+def prompt_rates_at(kernels: KernelProfile | None, threads: int) -> KernelRates | None:
+    """The prompt batch's rates at `threads` (scaled from the count measured); None: not measured."""
+    if kernels is None or kernels.prompt is None:
+        return None
+    return rates_at(KernelProfile(at=(kernels.prompt,)), threads)
+
+
+def compute_seconds(build: Build, rates: KernelRates | None, *, prompt: bool = False) -> float | None:
     """Seconds one token's matrix products take at these rates; None when they say too little
-    about this build (no rates, no per-type bytes, or too many bytes of unmeasured types)."""
+    about this build (no rates, no per-type bytes, or too many bytes of unmeasured types).
+    `prompt`: a prompt's token, which skips the output matrix (only the last one's logits)."""
     parts = token_bytes(build) if rates is not None else None
     if rates is None or not parts:
         return None
@@ -118,7 +127,9 @@ def compute_seconds(build: Build, rates: KernelRates | None) -> float | None:
     seconds = 0.0
     unknown = 0.0
     for (t, role), nbytes in parts.items():
-        rate = rates.rate(t, role)
+        if role == "output" and prompt:  # a prompt's logits: its last token's only
+            continue
+        rate = rates.rate(t, "dense" if role == "output" else role)
         if rate and rate > 0:
             seconds += nbytes / (rate * 1e9)
             known += nbytes
@@ -154,46 +165,66 @@ def _number(value: Any, where: str, *, positive: bool = False) -> float:
     return float(value)
 
 
+def _rates_from_json(entry: Any, here: str, threads: int, extra: tuple[str, ...] = ()) -> KernelRates:
+    """One thread count's (or the prompt's) figures from their JSON form."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("rates", {}), dict):
+        raise HardwareProfileError(f"{here}: must be an object with 'rates'")
+    known = {"rates", "layer_s", "step_s", *extra}
+    bad = sorted(set(entry) - known)
+    if bad:
+        raise HardwareProfileError(f"{here}: unknown key {bad[0]!r}", hint=f"Known keys: {', '.join(sorted(known))}")
+    rates = []
+    for t, roles in entry.get("rates", {}).items():
+        if not isinstance(roles, dict) or not set(roles) <= set(ROLES):
+            raise HardwareProfileError(f"{here}.rates[{t!r}]: must map 'expert' and/or 'dense' to GB/s")
+        for role, gbps in roles.items():
+            rates.append((str(t), role, _number(gbps, f"{here}.rates[{t!r}][{role!r}]", positive=True)))
+    layers = entry.get("layer_s", {})
+    if not isinstance(layers, dict) or not set(layers) <= set(LAYER_KINDS):
+        raise HardwareProfileError(f"{here}.layer_s: must map 'recurrent' and/or 'attention' to seconds")
+    return KernelRates(
+        threads=threads, rates=tuple(rates),
+        layer_seconds=tuple((k, _number(v, f"{here}.layer_s[{k!r}]")) for k, v in layers.items()),
+        step_seconds=_number(entry.get("step_s", 0.0), f"{here}.step_s"))
+
+
+def _threads_key(count: Any, here: str) -> int:
+    if isinstance(count, bool) or not str(count).isdigit() or not 1 <= int(count) <= 4096:
+        raise HardwareProfileError(f"{here}: the key must be a thread count (1 to 4096)")
+    return int(count)
+
+
 def kernels_from_json(data: Any, where: str = "kernels") -> KernelProfile:
     """A KernelProfile from its JSON form; HardwareProfileError naming what is wrong."""
     if not isinstance(data, dict) or not isinstance(data.get("threads"), dict) or not data["threads"]:
         raise HardwareProfileError(f"{where}: must be an object with 'threads' "
                                    '({"2": {"rates": {"Q2_K": {"expert": 9.0}}}})')
-    extra = sorted(set(data) - {"build", "seconds", "measured_at", "threads"})
+    extra = sorted(set(data) - {"build", "seconds", "measured_at", "threads", "prompt"})
     if extra:
         raise HardwareProfileError(f"{where}: unknown key {extra[0]!r}",
-                                   hint="Known keys: build, measured_at, seconds, threads")
-    at = []
-    for count, entry in data["threads"].items():
-        here = f"{where}.threads[{count!r}]"
-        if not str(count).isdigit() or not 1 <= int(count) <= 4096:
-            raise HardwareProfileError(f"{here}: the key must be a thread count (1 to 4096)")
-        if not isinstance(entry, dict) or not isinstance(entry.get("rates", {}), dict):
-            raise HardwareProfileError(f"{here}: must be an object with 'rates'")
-        bad = sorted(set(entry) - {"rates", "layer_s", "step_s"})
-        if bad:
-            raise HardwareProfileError(f"{here}: unknown key {bad[0]!r}", hint="Known keys: layer_s, rates, step_s")
-        rates = []
-        for t, roles in entry.get("rates", {}).items():
-            if not isinstance(roles, dict) or not set(roles) <= set(ROLES):
-                raise HardwareProfileError(f"{here}.rates[{t!r}]: must map 'expert' and/or 'dense' to GB/s")
-            for role, gbps in roles.items():
-                rates.append((str(t), role, _number(gbps, f"{here}.rates[{t!r}][{role!r}]", positive=True)))
-        layers = entry.get("layer_s", {})
-        if not isinstance(layers, dict) or not set(layers) <= set(LAYER_KINDS):
-            raise HardwareProfileError(f"{here}.layer_s: must map 'recurrent' and/or 'attention' to seconds")
-        at.append(KernelRates(
-            threads=int(count), rates=tuple(rates),
-            layer_seconds=tuple((k, _number(v, f"{here}.layer_s[{k!r}]")) for k, v in layers.items()),
-            step_seconds=_number(entry.get("step_s", 0.0), f"{here}.step_s")))
+                                   hint="Known keys: build, measured_at, prompt, seconds, threads")
+    at = [_rates_from_json(entry, f"{where}.threads[{count!r}]", _threads_key(count, f"{where}.threads[{count!r}]"))
+          for count, entry in data["threads"].items()]
+    prompt = None
+    if data.get("prompt") is not None:
+        entry = data["prompt"]
+        here = f"{where}.prompt"
+        n = _threads_key(entry.get("threads") if isinstance(entry, dict) else None, f"{here}.threads")
+        prompt = _rates_from_json(entry, here, n, extra=("threads", "tokens"))
     return KernelProfile(at=tuple(sorted(at, key=lambda k: -k.threads)), build=str(data.get("build", "")),
                          seconds=_number(data.get("seconds", 0.0), f"{where}.seconds"),
-                         measured_at=_number(data.get("measured_at", 0.0), f"{where}.measured_at"))
+                         measured_at=_number(data.get("measured_at", 0.0), f"{where}.measured_at"),
+                         prompt=prompt)
+
+
+PROBE_VERSION = 2  # what the probe measures (2: a prompt's batch too); a cache of another is stale
 
 
 def cache_key(cpu_name: str, cores: int, flags: tuple[str, ...], build: str, threads: list[int]) -> str:
-    """What a cached measurement must match: the CPU, the llama.cpp build, the thread counts."""
-    return f"{cpu_name}|{cores}|{','.join(flags)}|{build}|threads {','.join(map(str, threads))}"
+    """What a cached measurement must match: the CPU, the llama.cpp build, the thread counts,
+    the probe's version."""
+    return (f"{cpu_name}|{cores}|{','.join(flags)}|{build}|threads {','.join(map(str, threads))}"
+            f"|probe {PROBE_VERSION}")
 
 
 def load_cached(cache_dir: Path, key: str) -> KernelProfile | None:

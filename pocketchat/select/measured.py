@@ -69,6 +69,9 @@ class SpeedRecord:
     memory_s: float = 0.0
     compute_s: float = 0.0
     overhead_s: float = 0.0
+    # The prompt's speed beside it (0: not measured, or from a prompt too short to fill a batch)
+    measured_pp_tok_s: float = 0.0
+    estimated_pp_tok_s: float = 0.0
 
     @property
     def bound(self) -> str:
@@ -133,6 +136,25 @@ class Calibration:
                                        estimate.overhead_s).tok_s, label
         factor = statistics.median(r.measured_tok_s / r.estimated_tok_s for r in like)
         return figure * factor, label
+
+
+    def prompt_speed(self, build: Build, placement: str, estimate: float | None) -> tuple[float | None, str]:
+        """(prompt tok/s, where it came from), as `speed` for decoding: this build's runs'
+        median, else the estimate scaled by like models' runs' median measured/estimated."""
+        same = [r.measured_pp_tok_s for r in self.records
+                if r.model == build.id and r.placement == placement and r.measured_pp_tok_s > 0]
+        if same:
+            return statistics.median(same), "measured" if len(same) == 1 else f"measured, median of {len(same)} runs"
+        if estimate is None:
+            return None, "estimate"
+        arch, read_bytes = kind_of(build)
+        like = [r for r in self.records if placement_kind(r.placement) == placement_kind(placement)
+                and r.like(arch, read_bytes) and r.measured_pp_tok_s > 0 and r.estimated_pp_tok_s > 0]
+        if not like:
+            return estimate, "estimate"
+        factor = statistics.median(r.measured_pp_tok_s / r.estimated_pp_tok_s for r in like)
+        runs = f"{len(like)} run{'s' if len(like) > 1 else ''}"
+        return estimate * factor, f"estimate, calibrated by {runs} of {', '.join(sorted({r.model for r in like}))}"
 
 
 def path_in(cache_dir: Path) -> Path:

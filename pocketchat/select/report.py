@@ -55,6 +55,22 @@ def draft_line(c: Candidate) -> str:
     return f"drafts: {c.plan.draft} (up to {c.plan.draft_depth} tokens a step)" if c.plan.draft != "off" else ""
 
 
+DOCUMENT_TOKENS = 10_000  # the document a prompt speed is told in (a long report, a chapter)
+
+
+def prompt_line(tok_s: float | None, source: str = "estimate") -> str:
+    """How fast a prompt is read, in the time a document takes ("reads about 27 prompt
+    tokens/s (estimate): a 10,000-token document in about 6 minutes"); '' when not known."""
+    if not tok_s or tok_s <= 0:
+        return ""
+    seconds = DOCUMENT_TOKENS / tok_s
+    took = (f"{seconds:.0f} seconds" if seconds < 90 else f"{seconds / 60:.0f} minutes" if seconds < 5400
+            else f"{seconds / 3600:.1f} hours")
+    figure = f"{tok_s:.0f}" if tok_s >= 10 else f"{tok_s:.1f}"
+    return (f"reads about {figure} prompt tokens/s ({source}): a {DOCUMENT_TOKENS:,}-token document "
+            f"in about {took}")
+
+
 def _tok_s(c: Candidate) -> str:
     return f"~{c.estimated_decode_tok_s:.0f}" if c.estimated_decode_tok_s is not None else "-"
 
@@ -66,6 +82,8 @@ def format_recommendation(rec: Recommendation) -> str:
         lines.append(f"Recommended: {r.build.id} ({fmt_gb(r.build.size_bytes)}, {r.build.quant}, {r.build.backend})")
         lines.append(f"  placement: {r.plan.describe()}; context {r.plan.n_ctx}; "
                      f"~{r.estimated_decode_tok_s:.0f} tok/s ({r.speed_source})")
+        if reads := prompt_line(r.estimated_prompt_tok_s, r.prompt_source):
+            lines += _wrap(f"  prompt: {reads}", "          ")
         if drafts := draft_line(r):
             lines += _wrap(f"  {drafts}", "          ")
         if r.plan.serve_parallel > 1:
@@ -208,15 +226,18 @@ def kernel_lines(hw: HardwareProfile) -> list[str]:
     took = f" in {k.seconds:.1f} s" if k.seconds else ""
     lines = [f"Kernels:   decode GB/s of weights, experts/dense, measured{took}"
              + (f" with {k.build}" if k.build else "")]
-    for rates in k.at:
+    rows = [(f"{r.threads} thread{'s' if r.threads != 1 else ''}", r) for r in k.at]
+    if k.prompt is not None:
+        n = k.prompt.threads
+        rows.append((f"a prompt's batch, per token, {n} thread{'s' if n != 1 else ''}", k.prompt))
+    for label, rates in rows:
         names = list(dict.fromkeys(t for t, _, _ in rates.rates))
         parts = []
         for t in names:
             pair = [rates.rate(t, role) if any(tt == t and ro == role for tt, ro, _ in rates.rates) else None
                     for role in ("expert", "dense")]
             parts.append(f"{t} " + "/".join(f"{r:.1f}" if r else "-" for r in pair))
-        n = rates.threads
-        lines += textwrap.wrap(f"{n} thread{'s' if n != 1 else ''}: " + ", ".join(parts), PROFILE_WIDTH,
+        lines += textwrap.wrap(f"{label}: " + ", ".join(parts), PROFILE_WIDTH,
                                initial_indent=indent, subsequent_indent=indent + "  ", break_long_words=False)
     return lines
 

@@ -12,7 +12,10 @@ callback (`cb_eval`), which runs the token's graph one operation at a time and t
 - the other operations give the time a layer spends outside its products, per layer kind;
 - a step without the callback is what the graph really takes: where the timed operations add up
   to more, every figure is scaled by its share; the step less the (scaled) sum is the per-token
-  constant of the decode call.
+  constant of the decode call;
+- at the most threads, a batch of `PROMPT_TOKENS` tokens read as a prompt is read: each expert
+  then multiplies as many tokens as POCKET's do in a 512-token batch (512 x 8 of 256), so the
+  same figures per token of the batch are the prompt's (`"prompt"` in the result).
 
 Each figure is the best of a few tokens (a moment of another process on a core is not this
 machine's kernel), at each thread count asked for (`llama_set_n_threads`, one load).
@@ -49,6 +52,10 @@ EMBED_TYPE = Q4_K
 ROUNDS = 10  # tokens timed per thread count and mode; each figure is the best of them
 BUDGET_S = 3.5  # the probe's time from the model's writing to its last token
 NOOP_OPS = ("NONE", "VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE")
+# Tokens of the prompt batch: what each routed expert multiplies in one of POCKET's 512-token
+# batches (512 tokens x 8 experts a token / 256 experts), here where all 8 experts are active.
+PROMPT_TOKENS = 16
+PROMPT_ROUNDS = 3
 
 
 def probe_shape(n_types: int = len(TYPES)) -> Qwen35Shape:
@@ -193,9 +200,11 @@ def _layer_of(name: str) -> int | None:
     return int(tail[1]) if len(tail) == 2 and tail[1].isdigit() else None
 
 
-def summarize(rounds: list[list[tuple]], plain: list[float], shape: Qwen35Shape) -> dict:
+def summarize(rounds: list[list[tuple]], plain: list[float], shape: Qwen35Shape, tokens: int = 1) -> dict:
     """Per-node best times -> rates per (type, role) in GB/s, the seconds a layer of each kind
-    spends outside its products, and the rest of the step (embedding, output norm, the call)."""
+    spends outside its products, and the rest of the step (embedding, output norm, the call).
+    `tokens`: the step's batch; every figure is then per token of it (a rate: the weights one
+    token multiplies, per second of the batch's share of a token)."""
     n = min(len(r) for r in rounds)
     best = [min(r[i][5] for r in rounds) for i in range(n)]
     nodes = rounds[0][:n]
@@ -215,6 +224,8 @@ def summarize(rounds: list[list[tuple]], plain: list[float], shape: Qwen35Shape)
             layer = named
         elif name and "(" not in name:
             layer = None  # the embedding, the output norm: the step's
+        if tokens > 1 and weight == "output.weight":
+            continue  # a batch's logits: its last token's only, as a prompt's
         if nbytes and wtype in TYPE_NAMES and weight.endswith(".weight"):
             role = "expert" if "_exps" in weight else "dense"
             acc = moved.setdefault((TYPE_NAMES[wtype], role), [0.0, 0.0])
@@ -233,10 +244,10 @@ def summarize(rounds: list[list[tuple]], plain: list[float], shape: Qwen35Shape)
     rates: dict[str, dict[str, float]] = {}
     for (tname, role), (nbytes, s) in moved.items():
         if s > 0:
-            rates.setdefault(tname, {})[role] = round(nbytes / (s * graph) / 1e9, 3)
+            rates.setdefault(tname, {})[role] = round(nbytes * tokens / (s * graph) / 1e9, 3)
     return {"rates": rates,
-            "layer_s": {k: round(s * graph / count, 7) for k, (count, s) in kinds.items() if count},
-            "step_s": round(max(min(plain) - graph * (products + layers_s), 0.0), 6)}
+            "layer_s": {k: round(s * graph / count / tokens, 7) for k, (count, s) in kinds.items() if count},
+            "step_s": round(max(min(plain) - graph * (products + layers_s), 0.0) / tokens, 6)}
 
 
 def measure(threads: list[int], *, rounds: int = ROUNDS, seconds: float = BUDGET_S,
@@ -253,7 +264,7 @@ def measure(threads: list[int], *, rounds: int = ROUNDS, seconds: float = BUDGET
     t0 = time.perf_counter()
     deadline = t0 + seconds
     counts = sorted(set(threads))
-    steps = 2 + len(counts)
+    steps = 3 + len(counts)
     say = progress or (lambda *_: None)
     say(0, steps, "writing the probe model")
     out: dict[str, dict] = {}
@@ -291,9 +302,41 @@ def measure(threads: list[int], *, rounds: int = ROUNDS, seconds: float = BUDGET
                 llm.eval([6])
                 plain.append(time.perf_counter() - s)
             out[str(n)] = summarize(recorded, plain, shape)
+        say(steps - 1, steps, "a prompt's batch")
+        prompt = _prompt_pass(llm, rec, shape, max(counts), deadline) if out else None
         del llm
     say(steps, steps, "done")
-    return {"threads": out, "seconds": round(time.perf_counter() - t0, 2), "measured_at": round(time.time())}
+    result = {"threads": out, "seconds": round(time.perf_counter() - t0, 2), "measured_at": round(time.time())}
+    if prompt is not None:
+        result["prompt"] = prompt
+    return result
+
+
+def _prompt_pass(llm: Any, rec: _Recorder, shape: Qwen35Shape, threads: int, deadline: float) -> dict | None:
+    """The figures of a prompt's batch at `threads`, per token of it; None when the probe's time
+    ran out first (one round is taken once started)."""
+    import llama_cpp
+
+    if time.perf_counter() > deadline:
+        return None
+    llama_cpp.llama_set_n_threads(llm._ctx.ctx, threads, threads)
+    batch = [7 + i for i in range(PROMPT_TOKENS)]
+    llm.reset()
+    llm.eval(batch)  # warm: the batch's buffers
+    recorded: list[list[tuple]] = []
+    plain: list[float] = []
+    while len(plain) < PROMPT_ROUNDS and (not plain or time.perf_counter() < deadline):
+        llm.reset()  # each batch from position 0: the attention over the same short context
+        rec.on = True
+        rec.start()
+        llm.eval(batch)
+        recorded.append(rec.nodes)
+        rec.on = False
+        llm.reset()
+        s = time.perf_counter()
+        llm.eval(batch)
+        plain.append(time.perf_counter() - s)
+    return {"threads": threads, "tokens": PROMPT_TOKENS, **summarize(recorded, plain, shape, PROMPT_TOKENS)}
 
 
 def main(argv: list[str] | None = None) -> int:

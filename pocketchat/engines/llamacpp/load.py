@@ -37,13 +37,6 @@ from pocketchat.types import LoadPlan, runs_head
 ProgressFn = Callable[[str, float], None]
 
 
-def flash_attention(plan: LoadPlan) -> bool:
-    """Whether the load runs flash attention: the fit's choice (a GPU), and whenever the plan
-    drafts: then llama.cpp's logits for a verified batch equal one token's (on a short
-    context), so greedy answers with drafts are those without and temperature 0 repeats
-    itself. On a CPU that costs decode speed as the context grows (benchmarks/bench_flash.py)."""
-    return plan.flash_attn or plan.draft != "off"
-
 # KV cache types a plan may name -> ggml type ids (stable in ggml.h).
 KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
             "iq4_nl": 20, "bf16": 30}  # fmt: skip
@@ -255,7 +248,7 @@ def load_llama(plan: LoadPlan, path: Path, info: GGUFInfo, *,
                 n_ubatch=n_batch,
                 n_threads=plan.n_threads,
                 n_threads_batch=plan.n_threads_batch,
-                flash_attn=flash_attention(plan),
+                flash_attn=plan.flash_attn,
                 n_rs_seq=plan.draft_depth if plan.draft != "off" else 0,
                 type_k=KV_TYPES[kv],
                 type_v=KV_TYPES[kv],
