@@ -213,7 +213,7 @@ def main() -> int:
         loads.append((name, seq, rollback, seq_state(lib, seq.ctx)))
     runs: dict[tuple[str, int], tuple[list[float], list[float]]] = {}
     for n in contexts:
-        for name, seq, _, seed_state in loads:
+        for _name, seq, _, seed_state in loads:
             at_context(seq, seed_state, n, n_attn)
             seq.decode([seq.argmax(-1)])  # the first step after a load of the state: not timed
         for _ in range(a.rounds):  # in turn, so a moment of another process falls on all three
