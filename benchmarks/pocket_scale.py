@@ -354,7 +354,8 @@ def speed_estimate(path: Path, gbps: float, threads: int) -> float:
     """The plan's uncalibrated decode estimate for this file on the CPU."""
     from pocketchat.modelfile.facts import facts_of
     from pocketchat.modelfile.gguf import check_gguf
-    from pocketchat.select.estimate import build_from_facts, decode_tok_s
+    from pocketchat.select.estimate import build_from_facts
+    from pocketchat.select.speed import decode_tok_s
 
     build = build_from_facts(facts_of(check_gguf(path)), path.name)
     import platform
@@ -576,7 +577,7 @@ def speed(ses: Session) -> None:
           f"bare {med(bare_tg) / ses.limit:.2f}")
     print(f"  bare decode, 1 thread {tg1:.2f} vs {ses.threads} threads {med(bare_tg):.2f} tok/s "
           f"({med(bare_tg) / tg1:.2f}x)")
-    print(f"  the plan's speed estimate (select.estimate.decode_tok_s at {ses.gbps:.1f} GB/s, {ses.threads} "
+    print(f"  the plan's speed estimate (select.speed.decode_tok_s at {ses.gbps:.1f} GB/s, {ses.threads} "
           f"threads): {est:.2f} tok/s = {est / med(pc_tg):.2f}x pocketchat's measured decode")
 
 

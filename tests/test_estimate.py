@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from pocketchat.select import catalog
-from pocketchat.select.estimate import decode_tok_s, memory_need, split_experts
+from pocketchat.select.estimate import memory_need, split_experts
+from pocketchat.select.speed import decode_tok_s
 from pocketchat.types import GPU
 
 
@@ -63,7 +64,7 @@ def test_checkpoints_of_a_recurrent_state_are_counted_in_ram():
 
 import pytest  # noqa: E402
 
-from pocketchat.select import estimate as est  # noqa: E402
+from pocketchat.select import speed as spd  # noqa: E402
 from pocketchat.select import kernels as kern  # noqa: E402
 from pocketchat.types import KernelProfile, KernelRates  # noqa: E402
 
@@ -99,10 +100,10 @@ def test_a_token_reads_the_tables_bytes_not_its_share_of_the_file():
     """Q2_K's output and attention weights are of more bits than its experts: a token reads
     1.47 GB (the full-size synthetic file's header says so too), not 12.9 GB x 3/34.66."""
     q2 = catalog.get("POCKET-35B-Q2_K")
-    assert est.read_per_token(q2) == pytest.approx(1.466e9, rel=0.01)
+    assert spd.read_per_token(q2) == pytest.approx(1.466e9, rel=0.01)
     assert catalog.bytes_per_token(q2) < 1.2e9
     pruned = catalog.get("POCKET-KR-160-Q2_K")  # fewer experts kept, the same 8 read per token
-    assert est.read_per_token(pruned) == est.read_per_token(q2)
+    assert spd.read_per_token(pruned) == spd.read_per_token(q2)
 
 
 def _rates(threads: int, gbps: dict[str, float], layer_s: float = 0.0, step_s: float = 0.0) -> KernelRates:
@@ -115,17 +116,17 @@ def test_a_token_takes_the_larger_of_memory_and_compute_plus_the_overhead():
     table = kern.POCKET_TOKEN_BYTES["Q2_K"]
     slow = {"Q2_K": 5.0, "Q3_K": 5.0, "Q4_K": 5.0, "Q6_K": 5.0, "F32": 5.0}
     kernels = KernelProfile((_rates(2, slow, layer_s=0.001, step_s=0.002),))
-    s = est.cpu_speed(q2, cpu_bandwidth_gbps=40.0, threads=2, arch="x86_64", kernels=kernels)
+    s = spd.cpu_speed(q2, cpu_bandwidth_gbps=40.0, threads=2, arch="x86_64", kernels=kernels)
     assert s.compute_s == pytest.approx(sum(table.values()) / 5e9)
     assert s.memory_s == pytest.approx(sum(table.values()) / 40e9)  # with kernels: the whole 40 GB/s
     assert s.overhead_s == pytest.approx(40 * 0.001 + 0.002)  # 30 DeltaNet + 10 attention layers
     assert s.tok_s == pytest.approx(1 / (s.compute_s + s.overhead_s))
     assert s.bound == "compute" and s.why(40.0) == "compute-bound here: 2 threads"
     fast = KernelProfile((_rates(2, {k: 100.0 for k in slow}),))
-    b = est.cpu_speed(q2, cpu_bandwidth_gbps=40.0, threads=2, arch="x86_64", kernels=fast)
+    b = spd.cpu_speed(q2, cpu_bandwidth_gbps=40.0, threads=2, arch="x86_64", kernels=fast)
     assert b.bound == "bandwidth" and b.tok_s == pytest.approx(1 / b.memory_s)
     assert b.why(40.0) == "bandwidth-bound here: 40 GB/s"
-    plain = est.cpu_speed(q2, cpu_bandwidth_gbps=40.0, threads=2, arch="x86_64")
+    plain = spd.cpu_speed(q2, cpu_bandwidth_gbps=40.0, threads=2, arch="x86_64")
     # without them, the share of the bandwidth decoding reaches: min(40 x 0.5, 2 x 8) GB/s
     assert plain.bound == "" and plain.tok_s == pytest.approx(16e9 / sum(table.values()))
 
@@ -137,7 +138,7 @@ def test_unmeasured_types_fall_back_to_the_bandwidth():
     some = _rates(2, {"Q2_K": 5.0})
     assert kern.compute_seconds(q2, some) is None  # Q3_K, Q4_K, Q6_K unmeasured: most of it
     nearly = _rates(2, {"Q2_K": 5.0, "Q3_K": 5.0, "Q4_K": 5.0, "Q6_K": 5.0})  # F32: 6% unmeasured
-    assert kern.compute_seconds(q2, nearly) == pytest.approx(est.read_per_token(q2) / 5e9)
+    assert kern.compute_seconds(q2, nearly) == pytest.approx(spd.read_per_token(q2) / 5e9)
     mix = catalog.get("POCKET-EN-PC-mix")
     assert kern.token_bytes(mix) is None and kern.compute_seconds(mix, nearly) is None
 

@@ -47,12 +47,10 @@ def recommend(sel: Selection, profile: HardwareProfile | None = None) -> Recomme
     downloaded: set[str] = set()
     speeds = None
     if sel.hardware is None:  # this machine: what is on disk, what `pocketchat bench` measured
-        from pocketchat.paths import settings
-        from pocketchat.select import measured
         from pocketchat.store.inventory import downloaded_build_ids
 
         downloaded = set(downloaded_build_ids())
-        speeds = measured.Calibration.of(measured.load(settings().cache_dir), measured.machine_key(profile))
+        speeds = sel.calibration(profile)
     return fit.plan(profile, catalog.builds(), lang=sel.lang, n_ctx=sel.ctx, backend=sel.backend,
                     threads=sel.threads, downloaded=downloaded, speeds=speeds, draft=sel.drafts)
 

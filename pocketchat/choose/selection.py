@@ -11,10 +11,14 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pocketchat.errors import UsageError
 from pocketchat.store.spec import STARTER
 from pocketchat.types import Backend, HardwareProfile, LoadPlan
+
+if TYPE_CHECKING:
+    from pocketchat.select.measured import Calibration
 
 __all__ = ["STARTER", "Selection", "add_selection_args"]
 
@@ -96,6 +100,16 @@ class Selection:
             return detect(measure_kernels=kernels, progress=line.show)
         finally:
             line.clear()
+
+    def calibration(self, profile: HardwareProfile) -> Calibration | None:
+        """What `pocketchat bench` measured on this machine, to correct the estimates; None on
+        a replayed machine (--hardware FILE), whose speeds are estimates only."""
+        if self.hardware is not None:
+            return None
+        from pocketchat.paths import settings
+        from pocketchat.select import measured
+
+        return measured.Calibration.of(measured.load(settings().cache_dir), measured.machine_key(profile))
 
 
 class _ProbeLine:

@@ -65,12 +65,7 @@ def report(name: str, facts, where: str, sel: Selection) -> dict:
 
     profile = sel.profile(kernels=True)  # the speeds below are this machine's kernels'
     rows = memory_table(facts, profile, name)
-    speeds = None
-    if sel.hardware is None:  # what `pocketchat bench` measured here calibrates them
-        from pocketchat.paths import settings
-        from pocketchat.select import measured
-
-        speeds = measured.Calibration.of(measured.load(settings().cache_dir), measured.machine_key(profile))
+    speeds = sel.calibration(profile)  # what `pocketchat bench` measured here corrects them
     plan, gave_up = None, ()
     thinking = None
     speed = None

@@ -72,9 +72,8 @@ def _estimate(choice: "ModelChoice", sel: "Selection") -> tuple[float | None, st
     """(tok/s, its source) of a chosen model placed as planned, calibrated by this machine's
     `bench` runs, as `bench` records it."""
     from pocketchat.choose.model import gguf_facts
-    from pocketchat.paths import settings
     from pocketchat.select import estimate as est
-    from pocketchat.select import fit, measured
+    from pocketchat.select import fit
 
     plan = choice.plan
     if plan.rpc_servers:
@@ -87,9 +86,9 @@ def _estimate(choice: "ModelChoice", sel: "Selection") -> tuple[float | None, st
         build = est.build_from_facts(facts, choice.label)
     profile = sel.profile()
     speed = fit.estimate_speed(build, profile, plan.placement, plan.n_threads, plan.n_cpu_moe)
-    if sel.hardware is not None:
+    speeds = sel.calibration(profile)
+    if speeds is None:
         return speed.tok_s, "estimate"
-    speeds = measured.Calibration.of(measured.load(settings().cache_dir), measured.machine_key(profile))
     return speeds.speed(build, plan.placement, speed)
 
 

@@ -15,6 +15,7 @@ from pocketchat.errors import ModelTooLarge, UsageError
 from pocketchat.modelfile.facts import ModelFacts
 from pocketchat.select import defaults
 from pocketchat.select import estimate as est
+from pocketchat.select import speed as spd
 from pocketchat.select.budget import Budget, cpu_budget, gpu_budget, main_gpu, ram_reserve
 from pocketchat.select.estimate import fmt_gb
 from pocketchat.select.ladder import (CTX_STEPS, DEFAULT_CTX, MIN_CTX, SMALLEST_CTX, Step,
@@ -214,9 +215,9 @@ def eligibility(build: Build, budget: Budget | HardwareProfile, lang: str, backe
 
 
 def estimate_speed(build: Build, profile: HardwareProfile, placement: str, threads: int,
-                   n_cpu_moe: int | None = None) -> est.SpeedEstimate:
+                   n_cpu_moe: int | None = None) -> spd.SpeedEstimate:
     """The uncalibrated speed estimate of a build placed so on this machine, with its parts."""
-    return est.decode_speed(build, placement, cpu_bandwidth_gbps=profile.memory_bandwidth_gbps,
+    return spd.decode_speed(build, placement, cpu_bandwidth_gbps=profile.memory_bandwidth_gbps,
                             threads=threads, gpu=main_gpu(profile), n_cpu_moe=n_cpu_moe or None,
                             arch=profile.arch, kernels=profile.kernels)
 
@@ -227,7 +228,7 @@ def estimate_prompt_speed(build: Build, profile: HardwareProfile, placement: str
     the probe's prompt figures."""
     if placement != "cpu":
         return None
-    return est.prompt_speed(build, cpu_bandwidth_gbps=profile.memory_bandwidth_gbps, threads=threads,
+    return spd.prompt_speed(build, cpu_bandwidth_gbps=profile.memory_bandwidth_gbps, threads=threads,
                             kernels=profile.kernels, n_ubatch=n_ubatch)
 
 
@@ -249,7 +250,7 @@ def _speed(build: Build, budget: Budget, fit: Fit, threads: int,
     which bound applies here ("compute-bound here: 2 threads"; "" when not known)."""
     profile = budget.machine
     if fit.split is not None:  # the link model prices the pool; bench records speak of one machine
-        return est.pooled_tok_s(build, profile.memory_bandwidth_gbps, budget.helpers, fit.split.layers,
+        return spd.pooled_tok_s(build, profile.memory_bandwidth_gbps, budget.helpers, fit.split.layers,
                                 threads=threads, link=budget.link), "estimate", ""
     speed = estimate_speed(build, profile, fit.placement, threads, fit.n_cpu_moe)
     why = speed.why(profile.memory_bandwidth_gbps)

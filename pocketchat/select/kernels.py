@@ -10,7 +10,7 @@ into seconds per token for a build:
     compute = sum over the token's weights of bytes / rate(type, role)
     overhead = layers x their time outside the products + the step's constant
 
-`estimate.py` puts them with the bandwidth: a token takes max(bytes / bandwidth, compute) +
+`speed.py` puts them with the bandwidth: a token takes max(bytes / bandwidth, compute) +
 overhead. The cache (`load_cached`, `save_cached`) keeps one measurement per machine and
 llama.cpp build, as JSON under the cache directory.
 """

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from pocketchat.types import Build, HardwareProfile
 
 if TYPE_CHECKING:
-    from pocketchat.select.estimate import SpeedEstimate
+    from pocketchat.select.speed import SpeedEstimate
 
 FILE_NAME = "bench-speeds.json"
 RUNS_KEPT = 5  # runs kept per model, placement and machine: the figure is their median
@@ -45,7 +45,7 @@ def placement_kind(placement: str) -> str:
 
 def kind_of(build: Build) -> tuple[str, float]:
     """(architecture, bytes of weights a token reads): what makes two models alike in speed."""
-    from pocketchat.select.estimate import read_per_token
+    from pocketchat.select.speed import read_per_token
 
     arch = getattr(build.facts, "arch", "") or (POCKET_ARCH if build.facts is None else "")
     return arch, float(read_per_token(build))
@@ -64,7 +64,7 @@ class SpeedRecord:
     at: float = 0.0
     arch: str = ""  # "" in records written before the kind was kept: never calibrates others
     read_bytes: float = 0.0  # bytes of weights a token reads
-    # The estimate's parts (seconds per token, `estimate.SpeedEstimate`); 0: not known (then
+    # The estimate's parts (seconds per token, `speed.SpeedEstimate`); 0: not known (then
     # the record calibrates by one factor, as records written before they were kept)
     memory_s: float = 0.0
     compute_s: float = 0.0

@@ -3,7 +3,7 @@
 llama.cpp splits a model by layers: the first ones stay here (CPU), the last ones (and the
 output layer, with the last helper) go to the helpers' devices, each with the KV cache of its
 layers. The split and the judging are the planner's (`fit.judge` with a pooled `Budget`:
-`place.pooled` splits the layers in proportion to each device's memory, `estimate.pooled_tok_s`
+`place.pooled` splits the layers in proportion to each device's memory, `speed.pooled_tok_s`
 prices the links); this module compares the best build alone with the best pooled:
 
 - `advise(...)`: the best build alone vs the best pooled, with a verdict (`PoolAdvice`).
@@ -17,6 +17,7 @@ from typing import Iterable, Sequence
 
 from pocketchat.select import defaults, fit
 from pocketchat.select import estimate as est
+from pocketchat.select import speed as spd
 from pocketchat.select.budget import Budget, Link
 from pocketchat.select.budget import helper_budget as budget
 from pocketchat.select.budget import reserve_of as helper_reserve
@@ -35,7 +36,7 @@ FASTER_ENOUGH = 1.10
 def pooled_tok_s(build: Build, profile: HardwareProfile, helpers: Sequence[Helper], layers: Sequence[int],
                  *, threads: int | None = None, link: Link = Link()) -> float:
     """Estimated decode speed of `build` split `layers` over this machine and the helpers."""
-    return est.pooled_tok_s(build, profile.memory_bandwidth_gbps, helpers, layers,
+    return spd.pooled_tok_s(build, profile.memory_bandwidth_gbps, helpers, layers,
                             threads=defaults.threads(profile, threads), link=link)
 
 

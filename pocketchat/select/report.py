@@ -6,7 +6,8 @@ import re
 import textwrap
 
 from pocketchat.errors import RPC_REINSTALL, NothingFits
-from pocketchat.select.estimate import DEFAULT_CPU_GBPS, fmt_gb
+from pocketchat.select.estimate import fmt_gb
+from pocketchat.select.speed import DEFAULT_CPU_GBPS
 from pocketchat.select.budget import cpu_budget
 from pocketchat.select.ladder import DEFAULT_CTX
 from pocketchat.select.thinking import default_budget
