@@ -110,3 +110,38 @@ def test_bench_turns_preserve_thinking_extends_the_state(tmp_path, thinking):
 def test_bench_template_kwarg_needs_turns():
     r = bench("--model", "starter", "--template-kwarg", "preserve_thinking=true")
     assert r.returncode != 0 and "--turns" in r.stderr
+
+
+def test_bench_keeps_the_prompt_speed_and_inspect_tells_it(tmp_path):
+    """A bench run that reads enough prompt tokens (MIN_PROMPT_RECORDED; the template's reused
+    head is not read again) is kept, prompt speed too (the conftest's cache is per test), and
+    `inspect` then tells both speeds as measured on this machine."""
+    import os
+    from pathlib import Path
+
+    data = check(bench("--model", "starter", "-p", "400", "-n", "8", "-r", "1"), 400, 8)
+    pp = next(x["tok_s"] for x in data["results"] if x["test"] == "pp400")
+    records = json.loads((Path(os.environ["POCKETCHAT_CACHE_DIR"]) / "bench-speeds.json").read_text())
+    (kept,) = records["records"]
+    assert kept["measured_pp_tok_s"] == pytest.approx(pp, rel=0.01) and kept["measured_tok_s"] > 0
+    r = subprocess.run([sys.executable, "-m", "pocketchat", "inspect", "starter", "--json"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    speed = json.loads(r.stdout)["speed"]
+    assert speed["source"] == "measured" and speed["prompt_source"] == "measured"
+    assert speed["prompt_tok_s"] == pytest.approx(pp, rel=0.01)
+    r = subprocess.run([sys.executable, "-m", "pocketchat", "inspect", "starter"],
+                       capture_output=True, text=True, timeout=300)
+    line = next(x for x in r.stdout.splitlines() if "speed here:" in x)
+    assert "(measured)" in line and f"reads about {pp:.0f} prompt tokens/s" in line, line
+
+
+def test_bench_short_prompt_keeps_no_prompt_speed():
+    """pp of a short prompt is not what a document reads at: only the decode speed is kept."""
+    import os
+    from pathlib import Path
+
+    check(bench("--model", "starter", "-p", "32", "-n", "8", "-r", "1"), 32, 8)
+    records = json.loads((Path(os.environ["POCKETCHAT_CACHE_DIR"]) / "bench-speeds.json").read_text())
+    (kept,) = records["records"]
+    assert kept["measured_tok_s"] > 0 and kept["measured_pp_tok_s"] == 0

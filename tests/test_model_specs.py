@@ -91,7 +91,7 @@ def test_local_path_with_a_space_and_non_ascii(world):
 def test_starter(world):
     check_every_command(world, "starter")
     r = cli(world, "inspect", "starter")
-    assert r.stdout.startswith("SmolLM2-135M-Instruct  (")
+    assert r.stdout.startswith("SmolLM2-135M-Instruct (starter)  (")  # as the chat names it
 
 
 @pytest.mark.parametrize("text,kind", [

@@ -34,14 +34,15 @@ def read_facts(spec: str, offline: bool):
     if s.folder:
         raise CorruptModel(f"{spec} is a folder; inspect reads GGUF files",
                            hint="Give a .gguf file, a build id, REPO:QUANT or REPO/FILE.gguf.")
+    # Named as the chat and `bench` name the model (`ModelChoice.label`), so bench's speeds apply.
     if s.local is not None:  # the starter, or a file here
-        from pocketchat.store.starter import STARTER_NAME
+        from pocketchat.store.starter import STARTER_LABEL
 
-        return (STARTER_NAME if s.starter else s.local.name), facts_of(check_gguf(s.local)), str(s.local)
+        return (STARTER_LABEL if s.starter else s.local.name), facts_of(check_gguf(s.local)), str(s.local)
     local = store.local_path(s)
     facts = gguf_facts(local) if local is not None else None
     if facts is not None:
-        return spec, facts, str(local)
+        return (s.build.id if s.build is not None else local.name), facts, str(local)
     rm = store.resolve(s, offline=offline)
     if rm.format != "gguf" or rm.offline:
         why = "an MLX folder" if rm.format != "gguf" else "not on disk, and the Hub was not asked (offline)"
