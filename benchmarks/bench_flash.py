@@ -4,11 +4,10 @@ and a long context, alternating (bare llama-cpp-python, the plan's threads and b
     python benchmarks/bench_flash.py [--model starter|PATH]
         [--contexts 64,2048] [--tokens 24] [--rounds 2] [--threads 2]
 
-The plan's flash attention is the fit's (`select/fit.py`: on a GPU, off on a CPU), and on
-whenever the plan drafts (`engines/llamacpp/load.flash_attention`: a verified batch's logits
-then equal one token's, so greedy answers repeat themselves). This prints what that costs on
-a CPU: per context, ms per decoded token with flash attention off and on, each round's and
-the median, and on/off. For POCKET at full size write the synthetic first
+The plan's flash attention is the fit's (`select/fit.py`: on a GPU, off on a CPU), drafting
+or not (`bench_context.py` measures it with drafts at long contexts). This prints what it
+would cost on a CPU: per context, ms per decoded token with flash attention off and on, each
+round's and the median, and on/off. For POCKET at full size write the synthetic first
 (`python benchmarks/pocket_scale.py --write-only --out PATH`) and pass `--model PATH`.
 """
 

@@ -21,8 +21,8 @@ GREEDY = dict(temperature=0, extra_body={"ignore_eos": True, "repeat_penalty": 1
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """The starter served as the bare llama runs it: one sequence and no drafts (`--draft
-    auto` turns flash attention on where drafts pay, a CPU's choice, and a near tie of
+    """The starter served as the bare llama runs it: one sequence and no drafts (with `--draft
+    auto` a verified batch's logits sum in another order than one token's, and a near tie of
     two tokens may then fall the other way)."""
     with running(["--model", "starter", "--ctx", "1024", "--parallel", "1", "--draft", "off"],
                  tmp_path_factory.mktemp("serve")) as srv:
