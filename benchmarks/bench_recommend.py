@@ -1,6 +1,6 @@
 """`pocketchat --recommend`: how long it takes, and how right its speed estimates are here.
 
-Run: python benchmarks/bench_recommend.py [--runs 5] [--full-size DIR [--quants IQ1_M,Q2_K,Q3_K_M]]
+Run: python benchmarks/bench_recommend.py [--runs 5] [--full-size DIR [--quants IQ1_M,Q2_K,Q3_K_M] [--save-profile FILE]]
 
 1. Time: the median wall time of the whole command from a cold process (goal: under 1 s once
    the probes are cached) for this machine and for a replayed profile, the heavy modules it
@@ -12,7 +12,9 @@ Run: python benchmarks/bench_recommend.py [--runs 5] [--full-size DIR [--quants 
    `--recommend`'s decode and prompt estimates for the catalog build of that quant, the bound it
    names, its threads, against `pocketchat bench --model FILE -p 512 -n 64 -r 2` (tg and pp
    tok/s); then the ratios and whether the estimated order of the builds is the measured order
-   (goal: each within 20%, same order). One full-size model is loaded at a time; run it alone on the machine:
+   (goal: each within 20%, same order; two builds measured within 5% are a tie, no order).
+   `--save-profile FILE` writes the probe the estimates came from, to replay this machine in
+   tests/profiles/. One full-size model is loaded at a time; run it alone on the machine:
    `python benchmarks/bench_recommend.py --full-size PATH/TO/FOLDER`.
 """
 
@@ -69,12 +71,13 @@ def timing(runs: int) -> None:
     print("goal: < 1000 ms;", "met" if max(here, replay) < 1.0 else "NOT met")
 
 
-def full_size(folder: Path, quants: list[str]) -> None:
+def full_size(folder: Path, quants: list[str], save_profile: Path | None = None) -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         env = _env(Path(tmp))
         took, out = pocketchat(["--recommend", "--json"], env)
         print(f"$ pocketchat --recommend --json  (fresh cache: {took:.1f} s, probes included)")
+        probe_json = pocketchat(["--probe", "--json"], env)[1].stdout  # the same cached probes
         rec = json.loads(out.stdout)
         hw = rec["hardware"]
         print(f"  bandwidth {hw['memory_bandwidth_gbps']} GB/s, busy {hw['cpu_busy_cores']} cores, "
@@ -116,10 +119,31 @@ def full_size(folder: Path, quants: list[str]) -> None:
         if not rows:
             break
         worst = max(abs(r[est_i] / r[bench_i] - 1) for r in rows)
-        same = ([r[0] for r in sorted(rows, key=lambda r: -r[est_i])]
-                == [r[0] for r in sorted(rows, key=lambda r: -r[bench_i])])
+        wrong, ties = order_check([(r[0], r[est_i], r[bench_i]) for r in rows])
+        said = "matches" if not wrong else "does NOT match (" + ", ".join(wrong) + ")"
+        tied = f"; measured within {TIE:.0%}, a tie: {', '.join(ties)}" if ties else ""
         print(f"{what}: largest error {worst * 100:.0f}% (goal <= 20%): {'met' if worst <= 0.2 else 'NOT met'}; "
-              f"estimated order {'matches' if same else 'does NOT match'} the measured order")
+              f"estimated order {said} the measured order{tied}")
+    if save_profile is not None:
+        save_profile.write_text(probe_json)
+        print(f"the probe this ran on: {save_profile}")
+
+
+# Two builds whose measured speeds are this close have no order a run can show (two runs of one
+# build differ by as much): they are reported as a tie, not as an order right or wrong.
+TIE = 0.05
+
+
+def order_check(rows: list[tuple[str, float, float]]) -> tuple[list[str], list[str]]:
+    """(pairs estimated in the wrong order, pairs measured within TIE): of (build, estimate, measured)."""
+    wrong, ties = [], []
+    for i, (a, ea, ma) in enumerate(rows):
+        for b, eb, mb in rows[i + 1:]:
+            if max(ma, mb) <= min(ma, mb) * (1 + TIE):
+                ties.append(f"{a}/{b}")
+            elif (ea > eb) != (ma > mb):
+                wrong.append(f"{a}/{b}")
+    return wrong, ties
 
 
 def main() -> None:
@@ -128,9 +152,12 @@ def main() -> None:
     ap.add_argument("--full-size", type=Path, metavar="DIR",
                     help="compare estimates with bench on the full-size synthetic files in DIR")
     ap.add_argument("--quants", default="IQ1_M,Q2_K,Q3_K_M")
+    ap.add_argument("--save-profile", type=Path, metavar="FILE",
+                    help="with --full-size: write the probe the estimates came from (`--probe --json`), "
+                         "to replay this machine in tests/profiles/")
     args = ap.parse_args()
     if args.full_size:
-        full_size(args.full_size, [q for q in args.quants.split(",") if q])
+        full_size(args.full_size, [q for q in args.quants.split(",") if q], args.save_profile)
     else:
         timing(args.runs)
 

@@ -190,3 +190,61 @@ def test_the_probe_turns_timed_operations_into_rates_layers_and_a_step():
     assert batch["rates"]["Q2_K"]["expert"] == pytest.approx(40.0)
     assert batch["layer_s"]["attention"] == pytest.approx(0.0002 / 4, rel=1e-3)
     assert batch["step_s"] == pytest.approx((0.005 - 0.004 - 0.0007) / 4, abs=1e-6)
+
+
+def _two_counts(two: float, one: float, step: float = 0.005) -> KernelProfile:
+    """A probe at 2 and 1 threads reading Q2_K at `two` and `one` GB/s."""
+    def at(n, rate):
+        return KernelRates(n, (("Q2_K", "expert", rate), ("Q2_K", "dense", rate)),
+                           (("recurrent", 0.0004), ("attention", 0.0003)), step)
+    return KernelProfile((at(2, two), at(1, one)), seconds=1.0,
+                         prompt=KernelRates(2, (("Q2_K", "expert", two * 1.5),), (), step))
+
+
+def test_a_probe_whose_threads_did_not_scale_is_taken_again_and_the_best_kept(scripted_probe, monkeypatch):
+    """A neighbour on the machine's other core makes 2 threads read as 1 did: that probe is not
+    the machine's, so the next runs probe again (up to PROBE_TRIES) and keep each figure's best."""
+    probes = iter([_two_counts(13.7, 14.0, step=0.004), _two_counts(24.9, 13.9, step=0.006)])
+    runs: list[list[int]] = []
+
+    def run(threads, notes, progress=None):
+        runs.append(list(threads))
+        return next(probes)
+
+    monkeypatch.setattr(probe, "run_kernel_probe", run)
+    first, _ = _kernels(measure=True)
+    assert first is not None and not kern.scales(first)
+    assert kern.rates_at(first, 2).rate("Q2_K", "expert") == 13.7
+    second, _ = _kernels(measure=True)
+    assert len(runs) == 2 and kern.scales(second)
+    two, one = kern.rates_at(second, 2), kern.rates_at(second, 1)
+    assert two.rate("Q2_K", "expert") == 24.9 and one.rate("Q2_K", "expert") == 14.0  # each the best
+    assert two.step_seconds == 0.004  # the shorter step
+    assert second.prompt.rate("Q2_K", "expert") == pytest.approx(24.9 * 1.5)
+    assert _kernels(measure=True)[0] == second and len(runs) == 2  # it scales: read from the cache
+    assert _kernels(measure=False)[0] == second
+
+
+def test_a_probe_that_never_scales_is_taken_at_most_probe_tries_times(scripted_probe, monkeypatch):
+    """A machine whose one thread already reads all its memory gives: no more probes after
+    PROBE_TRIES, each start then reads the cache."""
+    runs: list[int] = []
+
+    def run(threads, notes, progress=None):
+        runs.append(1)
+        return _two_counts(10.0 + len(runs), 10.0)
+
+    monkeypatch.setattr(probe, "run_kernel_probe", run)
+    for _ in range(kern.PROBE_TRIES + 2):
+        got, _ = _kernels(measure=True)
+    assert len(runs) == kern.PROBE_TRIES
+    assert kern.rates_at(got, 2).rate("Q2_K", "expert") == 10.0 + kern.PROBE_TRIES
+
+
+def test_a_busy_run_does_not_take_a_probe_that_did_not_scale_again(scripted_probe, monkeypatch):
+    """Beside a busy program a second probe would be slowed too: the cached one stands until a
+    quiet run."""
+    monkeypatch.setattr(probe, "run_kernel_probe", lambda *a, **k: (scripted_probe.append(1), _two_counts(13, 13))[1])
+    _kernels(measure=True)
+    got, _ = _kernels(measure=True, busy=1.0)
+    assert got is not None and len(scripted_probe) == 1

@@ -12,7 +12,8 @@ into seconds per token for a build:
 
 `speed.py` puts them with the bandwidth: a token takes max(bytes / bandwidth, compute) +
 overhead. The cache (`load_cached`, `save_cached`) keeps one measurement per machine and
-llama.cpp build, as JSON under the cache directory.
+llama.cpp build, as JSON under the cache directory: the best of up to PROBE_TRIES probes where
+the first did not scale with its threads (`scales`, `best_of`).
 """
 
 from __future__ import annotations
@@ -149,6 +150,49 @@ def overhead_seconds(build: Build, rates: KernelRates | None) -> float:
     return sum(n * per_layer.get(kind, 0.0) for kind, n in layer_kinds(build).items()) + rates.step_seconds
 
 
+# A probe whose most threads read no faster than its fewest (by this factor, the types' median)
+# may have shared a core with another tenant of the machine (a virtual machine's neighbours):
+# two probes in a row on a quiet 2-core EPYC read Q2_K at 2 threads at 13 and 25 GB/s. Such a
+# probe is taken again on later runs, up to PROBE_TRIES in all, each rate the best seen (a
+# neighbour only ever slows a probe down).
+SCALES = 1.25
+PROBE_TRIES = 3
+
+
+def scales(kernels: KernelProfile) -> bool:
+    """Whether the most threads measured read faster than the fewest by SCALES (True when
+    only one count was measured: nothing to compare)."""
+    if len(kernels.at) < 2:
+        return True
+    few, most = min(kernels.at, key=lambda k: k.threads), max(kernels.at, key=lambda k: k.threads)
+    ratios = sorted(r / f for t, ro, r in most.rates
+                    if (f := few.rate(t, ro)) and ro != "output")
+    return not ratios or ratios[len(ratios) // 2] >= SCALES
+
+
+def best_of(a: KernelProfile, b: KernelProfile) -> KernelProfile:
+    """The two probes' best figures: per thread count, the higher rate of each type and role and
+    the shorter times outside the products; `b`'s build and time."""
+    def best(x: KernelRates | None, y: KernelRates | None) -> KernelRates | None:
+        if x is None or y is None:
+            return x or y
+        rates = {(t, ro): r for t, ro, r in x.rates}
+        for t, ro, r in y.rates:
+            rates[(t, ro)] = max(r, rates.get((t, ro), 0.0))
+        layers = dict(x.layer_seconds)
+        for k, sec in y.layer_seconds:
+            layers[k] = min(sec, layers.get(k, sec))
+        return KernelRates(y.threads, tuple((t, ro, r) for (t, ro), r in rates.items()),
+                           tuple(layers.items()), min(x.step_seconds, y.step_seconds))
+
+    ours = {k.threads: k for k in a.at}
+    at = tuple(best(ours.get(k.threads), k) for k in b.at)
+    same_prompt = a.prompt is not None and b.prompt is not None and a.prompt.threads == b.prompt.threads
+    prompt = best(a.prompt, b.prompt) if same_prompt else (b.prompt or a.prompt)
+    return KernelProfile(at=tuple(k for k in at if k is not None), build=b.build, seconds=b.seconds,
+                         measured_at=b.measured_at, prompt=prompt)
+
+
 def probe_threads(cores: int) -> list[int]:
     """The thread counts the probe measures: all the plan may use, and half of them."""
     n = max(cores, 1)
@@ -227,24 +271,26 @@ def cache_key(cpu_name: str, cores: int, flags: tuple[str, ...], build: str, thr
             f"|probe {PROBE_VERSION}")
 
 
-def load_cached(cache_dir: Path, key: str) -> KernelProfile | None:
-    """The cached measurement for `key`; None when there is none or it is of another key."""
+def load_cached(cache_dir: Path, key: str) -> tuple[KernelProfile, int] | None:
+    """The cached measurement for `key` and how many probes made it; None when there is none
+    or it is of another key."""
     try:
         data = json.loads((cache_dir / FILE_NAME).read_text())
         if data.get("key") != key:
             return None
-        return kernels_from_json(data["kernels"])
+        return kernels_from_json(data["kernels"]), max(int(data.get("tries", 1)), 1)
     except (OSError, ValueError, KeyError, TypeError, AttributeError, HardwareProfileError):
         return None
 
 
-def save_cached(cache_dir: Path, key: str, kernels: KernelProfile) -> None:
-    """Keep the measurement for `key` (a failed write only means measuring again next time)."""
+def save_cached(cache_dir: Path, key: str, kernels: KernelProfile, tries: int = 1) -> None:
+    """Keep the measurement for `key`, the best of `tries` probes (a failed write only means
+    measuring again next time)."""
     path = cache_dir / FILE_NAME
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"key": key, "kernels": kernels.to_json()}, indent=1))
+        tmp.write_text(json.dumps({"key": key, "tries": tries, "kernels": kernels.to_json()}, indent=1))
         os.replace(tmp, path)
     except OSError:
         pass

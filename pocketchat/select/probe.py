@@ -133,7 +133,9 @@ def cached_kernels(cpu_name: str, physical: int, logical: int, flags: tuple[str,
     llama.cpp build, else (with `measure`) a new one from the kernel probe, run in its own
     process (engines/llamacpp/kernels.py: it needs llama.cpp, which this process does not
     import), and cached unless other programs were busy meanwhile (then measured again next
-    time: a busy core slows llama.cpp's threads, not its kernels)."""
+    time: a busy core slows llama.cpp's threads, not its kernels). A cached probe whose threads
+    did not scale (`kernels.scales`) is taken again on the next quiet runs, up to
+    `kernels.PROBE_TRIES` probes, keeping the best of them (`kernels.best_of`)."""
     from pocketchat.paths import settings
     from pocketchat.select import defaults
     from pocketchat.select import kernels as kern
@@ -144,19 +146,25 @@ def cached_kernels(cpu_name: str, physical: int, logical: int, flags: tuple[str,
     threads = kern.probe_threads(defaults.cpu_threads(physical, logical))
     key = kern.cache_key(cpu_name, physical, flags, build, threads)
     cache_dir = settings().cache_dir
-    found = kern.load_cached(cache_dir, key)
-    if found is not None or not measure:
+    cached = kern.load_cached(cache_dir, key)
+    found, tries = cached if cached is not None else (None, 0)
+    settled = found is not None and (kern.scales(found) or tries >= kern.PROBE_TRIES)
+    if settled or not measure:
         return found
     if busy is not None and busy >= defaults.BUSY_SHARE:  # a busy core would slow the larger counts
+        if found is not None:
+            return found  # measured again on a quieter run
         free = max(physical - defaults.busy_cores_of(busy), 1)
         threads = [n for n in threads if n <= free] or [free]
     measured = run_kernel_probe(threads, notes, progress)
     if measured is None:
-        return None
+        return found
     measured = replace(measured, build=build)
+    if found is not None:  # the earlier probe did not scale with its threads: the best of both
+        measured = kern.best_of(found, measured)
     during = busy_cores(0.05)
     if max(busy or 0.0, during or 0.0) < defaults.BUSY_SHARE:
-        kern.save_cached(cache_dir, key, measured)
+        kern.save_cached(cache_dir, key, measured, tries + 1)
     else:
         notes.append("kernel speeds measured while other programs kept the CPU busy; measured "
                      "again next time")
