@@ -14,7 +14,7 @@ Run: python benchmarks/bench_recommend.py [--runs 5] [--full-size DIR [--quants 
    tok/s); then the ratios and whether the estimated order of the builds is the measured order
    (goal: each within 20%, same order; two builds measured within 5% are a tie, no order).
    `--save-profile FILE` writes the probe the estimates came from, to replay this machine in
-   tests/profiles/. One full-size model is loaded at a time; run it alone on the machine:
+   tests/profiles/; `--busy N` runs it all beside N busy processes (`bench_busy.Busy`). One full-size model is loaded at a time; run it alone on the machine:
    `python benchmarks/bench_recommend.py --full-size PATH/TO/FOLDER`.
 """
 
@@ -152,12 +152,21 @@ def main() -> None:
     ap.add_argument("--full-size", type=Path, metavar="DIR",
                     help="compare estimates with bench on the full-size synthetic files in DIR")
     ap.add_argument("--quants", default="IQ1_M,Q2_K,Q3_K_M")
+    ap.add_argument("--busy", type=int, default=0, metavar="N",
+                    help="with --full-size: N busy processes (bounded loops) beside the whole run, "
+                         "the probe and bench alike")
     ap.add_argument("--save-profile", type=Path, metavar="FILE",
                     help="with --full-size: write the probe the estimates came from (`--probe --json`), "
                          "to replay this machine in tests/profiles/")
     args = ap.parse_args()
     if args.full_size:
-        full_size(args.full_size, [q for q in args.quants.split(",") if q], args.save_profile)
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from bench_busy import Busy
+
+        with Busy(args.busy, limit=3600):
+            if args.busy:
+                print(f"beside {args.busy} busy process{'es' if args.busy > 1 else ''}")
+            full_size(args.full_size, [q for q in args.quants.split(",") if q], args.save_profile)
     else:
         timing(args.runs)
 

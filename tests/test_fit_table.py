@@ -277,9 +277,11 @@ def test_bandwidth_bound_machine_ranks_by_bytes_read():
 
 # Two machines measured (benchmarks/RESULTS.md, "`--recommend`: speed estimates against `bench`"):
 # their kernel probe as `--probe --json` wrote it, and `bench -p 16 -n 64 -r 2` decode tok/s of
-# the full-size synthetic builds at 2 threads.
+# the full-size synthetic builds at 2 threads; the EPYC's second run is `bench_recommend.py
+# --full-size DIR --save-profile FILE`'s: its probe and its `bench -p 512 -n 64 -r 2`, a day later.
 MEASURED = {"linux-2core-compute-bound": {"IQ1_M": 4.08, "Q2_K": 5.51, "Q3_K_M": 4.79},  # Xeon, AMX
-            "linux-2core-amd-epyc": {"IQ1_M": 8.25, "Q2_K": 12.89, "Q3_K_M": 11.46}}  # Zen 4
+            "linux-2core-amd-epyc": {"IQ1_M": 8.25, "Q2_K": 12.89, "Q3_K_M": 11.46},  # Zen 4
+            "linux-2core-amd-epyc-second-run": {"IQ1_M": 8.19, "Q2_K": 11.41, "Q3_K_M": 11.11}}
 
 
 @pytest.mark.parametrize("machine", sorted(MEASURED))
